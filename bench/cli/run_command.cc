@@ -1,0 +1,166 @@
+// `shardbench run`: the standalone launcher (re-executes itself under mpirun, like torchrun),
+// the calibration of the MFU denominator, and the strategy matrix with a progress line per
+// strategy, the results file rewritten after each one, and a table at the end.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "bench/cli/run_options.h"
+#include "harness/comm/mpi_runtime.h"
+#include "harness/model/gpt.h"
+#include "harness/run/report.h"
+
+namespace sb {
+namespace {
+
+bool inside_mpi_job() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+// Single-core sgemm ceiling (GFLOP/s) on a square GEMM: the CPU's "peak" for MFU.
+double measure_sgemm_gflops() {
+  auto dev = make_cpu_device();
+  const int n = 768;
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  double best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dev->gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
+  }
+  return best;
+}
+
+// Re-executes this binary under mpirun with the same arguments minus --np.
+int launch_mpirun(const RunArgs& a, int argc, char** argv) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(a.np), "--oversubscribe",
+                                   "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS=1"};
+  if (geteuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  args.push_back(self);
+  bool have_peak = a.peak_gflops > 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--np") { ++i; continue; }
+    if (s.rfind("--np=", 0) == 0) continue;
+    args.push_back(s);
+  }
+  if (!have_peak && a.device == "cpu") {
+    // Calibrate once, alone, before the ranks compete for the cores.
+    args.push_back("--peak-gflops");
+    args.push_back(fmt::format("{:.3f}", measure_sgemm_gflops()));
+  }
+  std::vector<char*> cargv;
+  for (auto& s : args) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  execvp("mpirun", cargv.data());
+  std::fprintf(stderr, "shardbench: cannot start mpirun (%s); install openmpi-bin (ci/setup.sh)\n",
+               std::strerror(errno));
+  return 2;
+}
+
+std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
+
+void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
+  fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "strategy", "tokens/s",
+             "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "status");
+  for (const auto& r : runs) {
+    if (r.status != "ok") {
+      fmt::print("{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}: {}\n", r.strategy, "-", "-",
+                 "-", "-", "-", "-", r.status, r.error.substr(0, 100));
+      continue;
+    }
+    const double med = median(r.step_time_s);
+    fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f}  ok\n", r.strategy,
+               tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
+               mib(r.sent_inter_all), median(r.exposed_s));
+  }
+  fmt::print("(intra/inter: bytes sent per step summed over ranks; peak: max over ranks)\n");
+}
+
+}  // namespace
+
+int run_command(const RunArgs& a, int argc, char** argv) {
+  RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  if (a.np > 0 && !inside_mpi_job()) return launch_mpirun(a, argc, argv);
+
+  const double probe = a.peak_gflops > 0 ? 0 : measure_sgemm_gflops();
+  MpiRuntime mpi(&argc, &argv);
+  if (a.np > 0 && a.np != mpi.world_size())
+    throw UsageError(fmt::format("--np {}: this MPI job has {} ranks; drop --np under mpirun",
+                                 a.np, mpi.world_size()));
+  if (a.ranks_per_node > 0 && mpi.world_size() % a.ranks_per_node != 0)
+    throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size {}",
+                                 a.ranks_per_node, mpi.world_size()));
+  const Topology topo = mpi.topology(a.ranks_per_node);
+  const bool root = topo.rank() == 0;
+
+  std::unique_ptr<Device> device;
+  Environment env;
+  if (cfg.device == "cuda") {
+    std::string why;
+    device = make_cuda_device(topo.local_rank(), &why);
+    if (!device) throw UsageError("--device cuda: " + why);
+    env.backend = "cuda-nccl";
+  } else {
+    device = make_cpu_device();
+    env.peak_flops_per_device =
+        1e9 * (a.peak_gflops > 0 ? a.peak_gflops : mpi.max_over_ranks(probe));
+    env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "measured single-core sgemm";
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    env.devices = std::min(topo.world_size(), cores * topo.num_nodes());
+  }
+  env.device_name = device->name();
+  env.mpi_version = mpi.library_version();
+  env.blas_version = "OpenBLAS";
+  env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+
+  Ledger ledger;
+  Communicator comm(topo, make_mpi_backend(topo, cfg.collectives), ledger);
+  const std::vector<std::string> names = parse_strategy_list(a.strategies);
+  const int tokens = topo.world_size() * cfg.batch_per_rank * cfg.model.seq_len;
+  if (root && !a.quiet)
+    fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "
+               "strategies, {}+{} steps\n",
+               cfg.model.name, count_params(cfg.model), topo.world_size(), topo.num_nodes(),
+               topo.ranks_per_node(), cfg.batch_per_rank, precision_name(cfg.options.precision),
+               names.size(), cfg.warmup, cfg.steps);
+  std::vector<StrategyRun> runs;
+  std::vector<nlohmann::json> results;
+  if (root && std::filesystem::path(a.out).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
+  for (size_t i = 0; i < names.size(); ++i) {
+    StrategyRun run = run_strategy(names[i], cfg, mpi, comm, *device);
+    if (root && !a.quiet) {
+      if (run.status == "ok")
+        fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
+                   names.size(), run.strategy, median(run.step_time_s),
+                   tokens / median(run.step_time_s), mib(run.peak_bytes));
+      else
+        fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
+                   run.error);
+      std::fflush(stdout);
+    }
+    results.push_back(result_json(run, cfg, topo, env));
+    if (root) write_json_atomic(a.out, run_document(cfg, topo, env, results));
+    runs.push_back(std::move(run));
+  }
+  if (root && !a.quiet) {
+    print_table(runs, tokens);
+    fmt::print("results: {}\n", a.out);
+  }
+  return 0;
+}
+
+}  // namespace sb

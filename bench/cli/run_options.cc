@@ -1,0 +1,141 @@
+// Flag registration and validation for `shardbench run` (see header).
+#include "bench/cli/run_options.h"
+
+#include <fmt/format.h>
+
+#include "harness/model/config.h"
+#include "strategies/strategy.h"
+
+namespace sb {
+
+void add_run_options(CLI::App* app, RunArgs& a) {
+  app->add_option("--model", a.model, "Model preset (" + fmt::format("{}", fmt::join(preset_names(), "|")) + ") or L,C,H,T,V")
+      ->capture_default_str();
+  app->add_option("--strategies", a.strategies, "all, or a comma list of: " + fmt::format("{}", fmt::join(strategy_names(), ",")))
+      ->capture_default_str();
+  app->add_option("--np", a.np, "Launch a local MPI job of this many ranks (standalone use)");
+  app->add_option("--ranks-per-node", a.ranks_per_node,
+                  "Ranks per (virtual) node; 0 = from MPI_COMM_TYPE_SHARED")->capture_default_str();
+  app->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  app->add_option("--steps", a.steps, "Measured steps")->capture_default_str();
+  app->add_option("--warmup", a.warmup, "Warm-up steps (run, not timed)")->capture_default_str();
+  app->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
+  app->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")->capture_default_str();
+  app->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")->capture_default_str();
+  app->add_option("--backward-prefetch", a.backward_prefetch, "FSDP backward prefetch: none | pre | post")
+      ->capture_default_str();
+  app->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
+  app->add_option("--limit-all-gathers", a.limit_all_gathers, "FSDP rate limiter: on | off")
+      ->capture_default_str();
+  app->add_option("--overlap", a.overlap, "Overlap communication with compute: on | off")
+      ->capture_default_str();
+  app->add_option("--collectives", a.collectives, "ring (counted) | mpi (library's own, modelled)")
+      ->capture_default_str();
+  app->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory limit in GiB (0 = none)")
+      ->capture_default_str();
+  app->add_option("--seed", a.seed, "Seed of the initial model and the data")->capture_default_str();
+  app->add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str();
+  app->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket (elements)")
+      ->capture_default_str();
+  app->add_option("--persist-elements", a.persist_elements,
+                  "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
+      ->capture_default_str();
+  app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
+      ->capture_default_str();
+  app->add_option("--peak-gflops", a.peak_gflops,
+                  "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
+  app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
+  app->add_flag("--quiet", a.quiet, "No progress lines");
+  app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
+}
+
+std::vector<std::string> parse_strategy_list(const std::string& s) {
+  if (s == "all") return strategy_names();
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string name = s.substr(pos, end - pos);
+    if (find_strategy(name) == nullptr)
+      throw UsageError(fmt::format("--strategies: unknown strategy '{}'; allowed: all or {}", name,
+                                   fmt::join(strategy_names(), ",")));
+    out.push_back(name);
+    pos = end + 1;
+  }
+  return out;
+}
+
+namespace {
+template <class T>
+void require(bool ok, const char* flag, const T& value, const char* allowed) {
+  if (!ok) throw UsageError(fmt::format("{} {}: allowed {}", flag, value, allowed));
+}
+}  // namespace
+
+RunConfig to_run_config(const RunArgs& a) {
+  RunConfig c;
+  try {
+    c.model = parse_model(a.model);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  c.model.tied_head = !a.untied_head;
+  require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
+  require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
+  require(a.batch >= 1 && a.batch <= 65536, "--batch", a.batch, "1..65536");
+  require(a.steps >= 1 && a.steps <= 1000000, "--steps", a.steps, "1..1000000");
+  require(a.warmup >= 0 && a.warmup <= 1000000, "--warmup", a.warmup, "0..1000000");
+  require(a.precision == "fp32" || a.precision == "bf16-mixed", "--precision", a.precision,
+          "fp32|bf16-mixed");
+  bool wrap_ok = a.wrap == "block" || a.wrap == "model";
+  if (a.wrap.rfind("every-", 0) == 0) {
+    const std::string k = a.wrap.substr(6);
+    wrap_ok = !k.empty() && k.size() < 6 && k.find_first_not_of("0123456789") == std::string::npos &&
+              std::stoi(k) >= 1;
+  }
+  require(wrap_ok, "--wrap", a.wrap, "block|model|every-K with K >= 1");
+  require(a.bucket_mb > 0 && a.bucket_mb <= 1 << 20, "--bucket-mb", a.bucket_mb, "(0, 1048576]");
+  require(a.backward_prefetch == "none" || a.backward_prefetch == "pre" ||
+              a.backward_prefetch == "post",
+          "--backward-prefetch", a.backward_prefetch, "none|pre|post");
+  require(a.limit_all_gathers == "on" || a.limit_all_gathers == "off", "--limit-all-gathers",
+          a.limit_all_gathers, "on|off");
+  require(a.overlap == "on" || a.overlap == "off", "--overlap", a.overlap, "on|off");
+  require(a.collectives == "ring" || a.collectives == "mpi", "--collectives", a.collectives,
+          "ring|mpi");
+  require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6, "--mem-limit-gb", a.mem_limit_gb,
+          "0 (none) or a positive size in GiB");
+  require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
+  require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
+  require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
+  require(!a.out.empty(), "--out", "''", "a file path");
+  require(a.peak_gflops >= 0, "--peak-gflops", a.peak_gflops, ">= 0");
+  parse_strategy_list(a.strategies);
+
+  c.batch_per_rank = a.batch;
+  c.steps = a.steps;
+  c.warmup = a.warmup;
+  c.mem_limit_gb = a.mem_limit_gb;
+  c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
+  c.device = a.device;
+  c.inject_fault = a.inject_fault;
+  auto& o = c.options;
+  o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
+  o.wrap = a.wrap;
+  o.bucket_mb = a.bucket_mb;
+  o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
+                        : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
+                                                       : BackwardPrefetch::kPost;
+  o.forward_prefetch = a.forward_prefetch;
+  o.limit_all_gathers = a.limit_all_gathers == "on";
+  o.overlap = a.overlap == "on";
+  o.prefetch_elements = a.prefetch_elements;
+  o.persist_elements = a.persist_elements;
+  o.adamw.lr = float(a.lr);
+  o.seed = a.seed;
+  return c;
+}
+
+}  // namespace sb

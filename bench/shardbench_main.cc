@@ -1,0 +1,39 @@
+// The `shardbench` command: subcommands run, export (and predict, with its own issue). Parse
+// errors and bad values print one line naming the flag and exit 2; nothing is written.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/cli/run_options.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardbench: which data-parallel sharding strategy should we run, and what does it cost?"};
+  app.require_subcommand(1);
+  sb::RunArgs run_args;
+  CLI::App* run = app.add_subcommand("run", "Run strategies on this MPI job (or launch one with --np)");
+  sb::add_run_options(run, run_args);
+  std::string format, file, out;
+  CLI::App* exp = app.add_subcommand("export", "Convert a results file for a benchmark dashboard");
+  exp->add_option("--format", format, "bencher | github-action-benchmark")->required()
+      ->check(CLI::IsMember({"bencher", "github-action-benchmark"}));
+  exp->add_option("file", file, "results JSON")->required();
+  exp->add_option("--out", out, "output file (default: stdout)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "shardbench: %s\n", e.what());
+    return 2;
+  }
+  try {
+    if (*run) return sb::run_command(run_args, argc, argv);
+    if (*exp) return sb::export_command(format, file, out);
+  } catch (const sb::UsageError& e) {
+    std::fprintf(stderr, "shardbench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+// Byte ledger: one entry per collective (kind, group, elements, dtype, payload, bytes this rank
+// sent split intra/inter node, time) and the ring model that the closed forms rest on.
+// Pure bookkeeping: no MPI here, so the accounting is unit-testable on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/common/dtype.h"
+#include "harness/topology.h"
+
+namespace sb {
+
+enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+constexpr int kNumCollKinds = 5;
+const char* coll_name(CollKind k);
+
+struct HopBytes {
+  uint64_t intra = 0;  // bytes this rank sent to a peer on its own node
+  uint64_t inter = 0;  // bytes this rank sent to a peer on another node
+  uint64_t total() const { return intra + inter; }
+};
+
+struct LedgerEntry {
+  CollKind kind = CollKind::kBarrier;
+  GroupKind group = GroupKind::kWorld;
+  int group_size = 1;
+  size_t count = 0;            // elements: all-reduce/broadcast buffer, RS input, AG output
+  DType dtype = DType::kF32;
+  uint64_t payload_bytes = 0;  // count * dtype bytes (nccl-tests' "size")
+  HopBytes sent;               // this rank's sends, by hop class
+  bool counted = false;        // true: summed from real transfers; false: ring model
+  double time_s = 0;           // from start to completion on the comm thread / stream
+  std::string tag;             // optional label from the caller (unit name, bucket id)
+};
+
+// Bytes rank `group.index` sends in a ring collective over `group`, classified per hop, exactly
+// as the ring implementation moves them (uneven chunks included). count as in LedgerEntry.
+// Source of the closed forms: nccl-tests PERFORMANCE.md (ring: all-reduce 2(n-1)/n,
+// reduce-scatter and all-gather (n-1)/n of the payload per rank).
+HopBytes ring_model_sent(CollKind kind, size_t count, DType dtype, const Group& group,
+                         const Topology& topo, int root_index = 0);
+
+// Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len).
+struct Chunk { size_t begin, len; };
+Chunk ring_chunk(size_t count, int n, int c);
+
+class Ledger {
+ public:
+  void record(const LedgerEntry& e) { entries_.push_back(e); }
+  const std::vector<LedgerEntry>& entries() const { return entries_; }
+  void clear() { entries_.clear(); }
+  size_t size() const { return entries_.size(); }
+  // Sums over entries [from, end): payload, sent intra/inter.
+  uint64_t payload_bytes(size_t from = 0) const;
+  HopBytes sent(size_t from = 0) const;
+
+ private:
+  std::vector<LedgerEntry> entries_;
+};
+
+}  // namespace sb

@@ -1,0 +1,82 @@
+// Device: the compute kernels of the workload behind one interface (CPU with OpenBLAS; CUDA
+// with cuBLAS and kernels). Pointers are device memory of this device; shapes are row-major.
+// It owns no model state and never communicates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "harness/memory/tracker.h"
+
+namespace sb {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;       // "cpu-openblas", "cuda:0 NVIDIA H200"
+  virtual bool is_host() const = 0;
+  virtual RawAllocator allocator() = 0;       // zero-filled allocations of this device
+  virtual void synchronize() {}
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose when trans_*.
+  virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    int ldc) = 0;
+
+  // out = x W^T + b for x [rows, in], W [out, in] (bias may be null).
+  virtual void linear_forward(float* out, const float* x, const float* w, const float* b,
+                              int rows, int in, int out_features) = 0;
+  // dx (=, may be null), dW (+=), db (+=, may be null) from dout [rows, out].
+  virtual void linear_backward(float* dx, float* dw, float* db, const float* dout,
+                               const float* x, const float* w, int rows, int in,
+                               int out_features) = 0;
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* x,
+                                 const float* w, const float* b, int rows, int C) = 0;
+  // dx (+=), dw (+=), db (+=).
+  virtual void layernorm_backward(float* dx, float* dw, float* db, const float* dout,
+                                  const float* x, const float* w, const float* mean,
+                                  const float* rstd, int rows, int C) = 0;
+  virtual void gelu_forward(float* out, const float* x, size_t n) = 0;        // tanh approx
+  virtual void gelu_backward(float* dx, const float* x, const float* dout, size_t n) = 0;  // =
+  // Causal multi-head attention from qkv [B, T, 3C] to out [B, T, C]; att [B, NH, T, T] keeps
+  // the softmax probabilities for backward (preatt scratch of the same size may be used).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv (=) from dout; datt is scratch of att's size.
+  virtual void attention_backward(float* dqkv, float* datt, const float* dout,
+                                  const float* qkv, const float* att, int B, int T, int C,
+                                  int NH) = 0;
+  // out[b,t,:] = wte[tok] + wpe[t]
+  virtual void embedding_forward(float* out, const int* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int* tokens, int B, int T, int C) = 0;  // +=
+  // probs [rows, V] = softmax(logits); returns the mean loss over rows (host value).
+  virtual float softmax_crossentropy_forward(float* probs, const float* logits,
+                                             const int* targets, int rows, int V) = 0;
+  // dlogits (=) = (probs - onehot) * scale
+  virtual void crossentropy_backward(float* dlogits, const float* probs, const int* targets,
+                                     int rows, int V, float scale) = 0;
+  virtual void add_inplace(float* y, const float* x, size_t n) = 0;           // y += x
+  virtual void scale_inplace(float* y, float s, size_t n) = 0;
+
+  // AdamW with bias correction (Loshchilov & Hutter 2019), decoupled decay lr*wd*p.
+  // grad is pre-multiplied by grad_scale (e.g. 1/world for averaging).
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int step,
+                     float grad_scale) = 0;
+  virtual void bf16_to_f32(float* dst, const uint16_t* src, size_t n) = 0;
+  virtual void f32_to_bf16(uint16_t* dst, const float* src, size_t n) = 0;
+};
+
+std::unique_ptr<Device> make_cpu_device();
+// Null when the build has no CUDA or no GPU is visible; `why` says which.
+std::unique_ptr<Device> make_cuda_device(int local_rank, std::string* why);
+
+}  // namespace sb

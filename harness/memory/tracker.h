@@ -1,0 +1,120 @@
+// Tracked allocator: every buffer of a run is allocated here with a category, so the suite
+// knows current and peak bytes per category and the breakdown at the moment of the peak.
+// It does not decide what to allocate (strategies do); an optional per-rank limit turns an
+// allocation past it into OutOfMemory, which is how "oom" is reported.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace sb {
+
+enum class MemCategory : int {
+  kParams,          // parameters at rest (full or shard), as stored (fp32 or bf16)
+  kGatheredParams,  // unsharded parameters materialised for compute
+  kGrads,           // gradients (full or shard), as stored
+  kOptimizer,       // Adam m, v (and the fp32 master copy in bf16-mixed)
+  kActivations,     // forward activations kept for backward, and their gradients
+  kCommBuffers,     // staging buffers of collectives (buckets, gathered grads)
+  kWorkspace,       // scratch: fp32 compute copies of bf16 tensors, temporaries
+};
+constexpr int kNumMemCategories = 7;
+const char* category_name(MemCategory c);
+using MemBreakdown = std::array<uint64_t, kNumMemCategories>;
+
+class OutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Where bytes really come from: host (aligned, zero-filled) or a device allocator.
+struct RawAllocator {
+  std::function<void*(size_t)> allocate;  // returns zero-filled memory
+  std::function<void(void*)> release;
+};
+RawAllocator host_allocator();
+
+class MemoryTracker {
+ public:
+  explicit MemoryTracker(RawAllocator raw = host_allocator());
+  MemoryTracker(const MemoryTracker&) = delete;
+  MemoryTracker& operator=(const MemoryTracker&) = delete;
+
+  void* allocate(MemCategory c, size_t bytes);  // throws OutOfMemory past the limit
+  void release(void* p, MemCategory c, size_t bytes);
+
+  uint64_t current(MemCategory c) const { return current_[int(c)]; }
+  uint64_t peak(MemCategory c) const { return peak_per_category_[int(c)]; }
+  uint64_t current_total() const { return current_total_; }
+  uint64_t peak_total() const { return peak_total_; }
+  const MemBreakdown& current_breakdown() const { return current_; }
+  const MemBreakdown& breakdown_at_peak() const { return at_peak_; }
+
+  void set_limit(uint64_t bytes) { limit_ = bytes; }  // 0 = no limit
+  uint64_t limit() const { return limit_; }
+  void reset_peak();  // peak := current (start of a measurement window)
+
+  static std::string format_breakdown(const MemBreakdown& b);
+  static uint64_t rss_hwm_bytes();  // VmHWM of this process (0 where unavailable)
+
+ private:
+  RawAllocator raw_;
+  MemBreakdown current_{};
+  MemBreakdown peak_per_category_{};
+  MemBreakdown at_peak_{};
+  uint64_t current_total_ = 0;
+  uint64_t peak_total_ = 0;
+  uint64_t limit_ = 0;
+};
+
+// Move-only RAII buffer of n elements of T, counted under one category.
+template <class T>
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(MemoryTracker& t, MemCategory c, size_t n)
+      : tracker_(&t), category_(c), size_(n),
+        data_(n ? static_cast<T*>(t.allocate(c, n * sizeof(T))) : nullptr) {}
+  TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
+  TrackedBuffer& operator=(TrackedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      tracker_ = std::exchange(o.tracker_, nullptr);
+      category_ = o.category_;
+      size_ = std::exchange(o.size_, 0);
+      data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+  }
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+  ~TrackedBuffer() { reset(); }
+
+  void reset() {
+    if (data_ != nullptr) tracker_->release(data_, category_, size_ * sizeof(T));
+    data_ = nullptr;
+    size_ = 0;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+  bool empty() const { return data_ == nullptr; }
+  std::span<T> span() { return {data_, size_}; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  MemCategory category_ = MemCategory::kWorkspace;
+  size_t size_ = 0;
+  T* data_ = nullptr;
+};
+
+}  // namespace sb

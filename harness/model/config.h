@@ -1,0 +1,30 @@
+// Model configurations: named presets and the "L,C,H,T,V" spec, with validation messages that
+// name the flag and what is allowed. Knows nothing of parameters' storage or compute.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sb {
+
+struct GptConfig {
+  std::string name;     // preset name, or the spec string
+  int n_layer = 2;      // L
+  int n_embd = 32;      // C
+  int n_head = 4;       // H
+  int seq_len = 16;     // T: context length; every sample is T tokens (+1 target)
+  int vocab = 64;       // V
+  bool tied_head = true;  // LM head shares the token embedding (GPT-2)
+};
+
+std::vector<std::string> preset_names();
+// Preset name or "L,C,H,T,V". Throws std::invalid_argument naming --model and what is allowed.
+GptConfig parse_model(std::string_view spec);
+// Throws std::invalid_argument when dims are inconsistent (C % H, non-positive values).
+void validate(const GptConfig& c);
+// Unpadded parameter count of the workload (formula, matches make_layout's sum).
+uint64_t count_params(const GptConfig& c);
+
+}  // namespace sb

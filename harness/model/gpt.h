@@ -1,0 +1,61 @@
+// The workload: a GPT-2-style decoder's forward and backward, written once against the Device
+// interface (CPU/OpenBLAS or CUDA/cuBLAS). It owns the activations (counted as such) and asks
+// the caller, through ModelHooks, where each parameter and gradient is at the moment a leaf
+// module runs — that is where a sharding strategy gathers, frees and reduces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "harness/device/device.h"
+#include "harness/memory/tracker.h"
+#include "harness/model/layout.h"
+
+namespace sb {
+
+// Called around every leaf module (index into ModelLayout::modules). param(t)/grad(t) are
+// asked only between pre_* and post_* of a module that uses tensor t, and must return fp32
+// memory on the model's device holding the full (unsharded) tensor. The model *adds* into
+// grad(t) (a tied tensor receives two contributions); the strategy zeroes it.
+class ModelHooks {
+ public:
+  virtual ~ModelHooks() = default;
+  virtual void pre_forward(int module) {}
+  virtual void post_forward(int module) {}
+  virtual void pre_backward(int module) {}
+  virtual void post_backward(int module) {}
+  virtual const float* param(int tensor) = 0;
+  virtual float* grad(int tensor) = 0;
+};
+
+class GptModel {
+ public:
+  // Allocates activations for `batch` sequences of config.seq_len tokens (kActivations).
+  GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory);
+  ~GptModel();
+  const ModelLayout& layout() const { return layout_; }
+  int batch() const { return batch_; }
+
+  // tokens/targets: host arrays of batch*T ids. Returns the mean cross-entropy over them.
+  float forward(const int* tokens, const int* targets, ModelHooks& hooks);
+  // Backward of the last forward; d(mean loss)/d(param) is added into hooks.grad(t).
+  void backward(ModelHooks& hooks);
+
+ private:
+  struct Acts;
+  GptConfig config_;
+  ModelLayout layout_;
+  int batch_;
+  Device& device_;
+  MemoryTracker& memory_;
+  std::unique_ptr<Acts> acts_;
+};
+
+// Model FLOPs of one training step (forward + backward) for `tokens` tokens:
+// 6 * N_matmul * tokens + 12 * L * C * T * tokens (attention scores and values, forward and
+// backward; PaLM appendix B / Chinchilla), N_matmul = all matmul weights incl. the LM head.
+double flops_per_step(const GptConfig& c, uint64_t tokens);
+const char* flop_formula();
+
+}  // namespace sb

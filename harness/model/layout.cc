@@ -1,0 +1,113 @@
+// GPT-2 parameterisation (Radford et al. 2019; nanoGPT's init): N(0, 0.02) weights, residual
+// projections scaled by 1/sqrt(2L), zero biases, unit LayerNorm gains.
+#include "harness/model/layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sb {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Standard normal from a counter (Box-Muller on two hashed uniforms).
+float normal_at(uint64_t seed, uint64_t tensor, uint64_t i) {
+  uint64_t h1 = splitmix64(seed * 0x100000001b3ull ^ splitmix64(tensor * 0x9e37ull + (i << 1)));
+  uint64_t h2 = splitmix64(h1 ^ 0x5851f42d4c957f2dull);
+  double u1 = (double(h1 >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+  double u2 = double(h2 >> 11) * (1.0 / 9007199254740992.0);
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+}  // namespace
+
+uint64_t ModelLayout::num_params() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) n += t.numel;
+  return n;
+}
+
+std::vector<int> ModelLayout::grad_ready_module() const {
+  std::vector<int> ready(tensors.size(), int(modules.size()));
+  for (int m = 0; m < int(modules.size()); ++m)
+    for (int t : modules[m].tensors) ready[t] = std::min(ready[t], m);
+  return ready;
+}
+
+std::vector<int> ModelLayout::uses_per_pass() const {
+  std::vector<int> uses(tensors.size(), 0);
+  for (const auto& m : modules)
+    for (int t : m.tensors) ++uses[t];
+  return uses;
+}
+
+ModelLayout make_layout(const GptConfig& c) {
+  ModelLayout l;
+  l.config = c;
+  const int C = c.n_embd, V = c.vocab, T = c.seq_len, L = c.n_layer;
+  l.num_segments = L + 2;
+  auto tensor = [&](std::string name, std::vector<int> shape, int seg, bool decay, InitKind init) {
+    uint64_t n = 1;
+    for (int d : shape) n *= uint64_t(d);
+    l.tensors.push_back({std::move(name), n, std::move(shape), seg, decay, init});
+    return int(l.tensors.size()) - 1;
+  };
+  auto module = [&](std::string name, ModuleKind k, int seg, std::vector<int> ts) {
+    l.modules.push_back({std::move(name), k, seg, std::move(ts)});
+  };
+  int wte = tensor("wte.weight", {V, C}, 0, true, InitKind::kNormal);
+  int wpe = tensor("wpe.weight", {T, C}, 0, true, InitKind::kNormal);
+  module("embedding", ModuleKind::kEmbedding, 0, {wte, wpe});
+  for (int b = 0; b < L; ++b) {
+    const int s = b + 1;
+    const std::string p = "h." + std::to_string(b) + ".";
+    int ln1w = tensor(p + "ln_1.weight", {C}, s, false, InitKind::kOnes);
+    int ln1b = tensor(p + "ln_1.bias", {C}, s, false, InitKind::kZeros);
+    int qkvw = tensor(p + "attn.qkv.weight", {3 * C, C}, s, true, InitKind::kNormal);
+    int qkvb = tensor(p + "attn.qkv.bias", {3 * C}, s, false, InitKind::kZeros);
+    int prw = tensor(p + "attn.proj.weight", {C, C}, s, true, InitKind::kNormalResidual);
+    int prb = tensor(p + "attn.proj.bias", {C}, s, false, InitKind::kZeros);
+    int ln2w = tensor(p + "ln_2.weight", {C}, s, false, InitKind::kOnes);
+    int ln2b = tensor(p + "ln_2.bias", {C}, s, false, InitKind::kZeros);
+    int fcw = tensor(p + "mlp.fc.weight", {4 * C, C}, s, true, InitKind::kNormal);
+    int fcb = tensor(p + "mlp.fc.bias", {4 * C}, s, false, InitKind::kZeros);
+    int fpw = tensor(p + "mlp.proj.weight", {C, 4 * C}, s, true, InitKind::kNormalResidual);
+    int fpb = tensor(p + "mlp.proj.bias", {C}, s, false, InitKind::kZeros);
+    module(p + "ln_1", ModuleKind::kLayerNorm, s, {ln1w, ln1b});
+    module(p + "attn.qkv", ModuleKind::kLinear, s, {qkvw, qkvb});
+    module(p + "attn.proj", ModuleKind::kLinear, s, {prw, prb});
+    module(p + "ln_2", ModuleKind::kLayerNorm, s, {ln2w, ln2b});
+    module(p + "mlp.fc", ModuleKind::kLinear, s, {fcw, fcb});
+    module(p + "mlp.proj", ModuleKind::kLinear, s, {fpw, fpb});
+  }
+  const int h = L + 1;
+  int lnfw = tensor("ln_f.weight", {C}, h, false, InitKind::kOnes);
+  int lnfb = tensor("ln_f.bias", {C}, h, false, InitKind::kZeros);
+  module("ln_f", ModuleKind::kLayerNorm, h, {lnfw, lnfb});
+  int head = c.tied_head ? wte : tensor("lm_head.weight", {V, C}, h, true, InitKind::kNormal);
+  module("lm_head", ModuleKind::kLmHead, h, {head});
+  return l;
+}
+
+void init_tensor_range(const ModelLayout& layout, int t, uint64_t begin, uint64_t count,
+                       uint64_t seed, float* out) {
+  const ParamTensor& p = layout.tensors[t];
+  const float residual = 0.02f / std::sqrt(2.0f * float(layout.config.n_layer));
+  for (uint64_t i = 0; i < count; ++i) {
+    switch (p.init) {
+      case InitKind::kNormal: out[i] = 0.02f * normal_at(seed, uint64_t(t), begin + i); break;
+      case InitKind::kNormalResidual:
+        out[i] = residual * normal_at(seed, uint64_t(t), begin + i);
+        break;
+      case InitKind::kZeros: out[i] = 0.0f; break;
+      case InitKind::kOnes: out[i] = 1.0f; break;
+    }
+  }
+}
+
+}  // namespace sb

@@ -1,0 +1,229 @@
+// JSON construction and the atomic write (see header). Keys carry their unit as a suffix.
+#include "harness/run/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "harness/model/gpt.h"
+
+namespace sb {
+
+using nlohmann::json;
+
+double median(std::vector<double> v) { return percentile(std::move(v), 50); }
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p / 100.0 * double(v.size() - 1);
+  const size_t lo = size_t(std::floor(pos)), hi = size_t(std::ceil(pos));
+  return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+double busbw_factor(CollKind k, int n) {
+  switch (k) {
+    case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollKind::kReduceScatter:
+    case CollKind::kAllGather: return double(n - 1) / n;
+    case CollKind::kBroadcast: return 1.0;
+    case CollKind::kBarrier: return 0.0;
+  }
+  return 0;
+}
+
+const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16-mixed"; }
+const char* prefetch_name(BackwardPrefetch p) {
+  return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";
+}
+
+std::string git_commit() {
+  std::string out;
+  if (FILE* f = popen("git -C " SB_SOURCE_DIR " rev-parse HEAD 2>/dev/null", "r")) {
+    char buf[128];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string utc_now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+json config_json(const RunConfig& cfg, const Topology& topo) {
+  const auto& o = cfg.options;
+  const auto& m = cfg.model;
+  return json{
+      {"model", {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
+                 {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"vocab", m.vocab},
+                 {"tied_head", m.tied_head}}},
+      {"params", count_params(m)},
+      {"world_size", topo.world_size()},
+      {"ranks_per_node", topo.ranks_per_node()},
+      {"num_nodes", topo.num_nodes()},
+      {"batch_per_rank", cfg.batch_per_rank},
+      {"seq_len", m.seq_len},
+      {"precision", precision_name(o.precision)},
+      {"wrap", o.wrap},
+      {"steps", cfg.steps},
+      {"warmup", cfg.warmup},
+      {"bucket_mb", o.bucket_mb},
+      {"backward_prefetch", prefetch_name(o.backward_prefetch)},
+      {"forward_prefetch", o.forward_prefetch},
+      {"limit_all_gathers", o.limit_all_gathers},
+      {"overlap", o.overlap},
+      {"collectives", cfg.collectives == CollectiveImpl::kRing ? "ring" : "mpi"},
+      {"prefetch_elements", o.prefetch_elements},
+      {"persist_elements", o.persist_elements},
+      {"mem_limit_gb", cfg.mem_limit_gb},
+      {"seed", o.seed},
+      {"lr", o.adamw.lr},
+      {"weight_decay", o.adamw.weight_decay},
+      {"device", cfg.device},
+  };
+}
+
+json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
+                 const Environment& env) {
+  json r{{"strategy", run.strategy}, {"status", run.status}};
+  if (run.status != "ok") {
+    r["error"] = run.error;
+    return r;
+  }
+  const auto& d = run.description;
+  json shards = json::array();
+  if (d.shards_params) shards.push_back("params");
+  if (d.shards_grads) shards.push_back("grads");
+  if (d.shards_optimizer) shards.push_back("optimizer");
+  const char* gran[] = {"bucket", "tensor", "unit"};
+  r["description"] = {{"family", d.family},
+                      {"shards", shards},
+                      {"shard_group", shards.empty() ? "none" : group_name(d.shard_group)},
+                      {"replicate_across_nodes", d.replicate_across_nodes},
+                      {"reshard_after_forward", d.reshard_after_forward},
+                      {"granularity", gran[int(d.granularity)]}};
+  r["padded_params"] = run.padded_params;
+
+  const double med = median(run.step_time_s);
+  r["step_time_s"] = {{"median", med},
+                      {"p95", percentile(run.step_time_s, 95)},
+                      {"min", run.step_time_s.empty() ? 0 : *std::min_element(run.step_time_s.begin(), run.step_time_s.end())},
+                      {"max", run.step_time_s.empty() ? 0 : *std::max_element(run.step_time_s.begin(), run.step_time_s.end())},
+                      {"samples", run.step_time_s}};
+  const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank * cfg.model.seq_len;
+  const double flops = flops_per_step(cfg.model, tokens);
+  const double achieved = med > 0 ? flops / med : 0;
+  const double peak = env.peak_flops_per_device * env.devices;
+  r["throughput"] = {{"tokens_per_s", med > 0 ? double(tokens) / med : 0},
+                     {"samples_per_s", med > 0 ? double(tokens / cfg.model.seq_len) / med : 0},
+                     {"tflops", achieved / 1e12},
+                     {"mfu", peak > 0 ? achieved / peak : 0},
+                     {"flop_formula", flop_formula()},
+                     {"flops_per_step", flops},
+                     {"peak_flops", peak},
+                     {"peak_flops_source", env.peak_flops_source}};
+
+  json breakdown;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    breakdown[category_name(MemCategory(c))] = run.breakdown_at_peak[c];
+  r["memory"] = {{"peak_bytes_per_rank", run.peak_bytes},
+                 {"model_state_bytes_per_rank",
+                  {{"params", run.model_state_params},
+                   {"grads", run.model_state_grads},
+                   {"optimizer", run.model_state_optimizer}}},
+                 {"breakdown_at_peak", breakdown},
+                 {"rss_hwm_bytes", run.rss_hwm_bytes}};
+
+  // Per (kind, group) on this rank for one step; every rank issues the same collectives.
+  std::map<std::pair<int, int>, std::array<double, 4>> kinds;  // count, bytes, time, bus bytes
+  std::map<uint64_t, int> hist;
+  for (const LedgerEntry& e : run.step_entries) {
+    auto& k = kinds[{int(e.kind), int(e.group)}];
+    k[0] += 1;
+    k[1] += double(e.payload_bytes);
+    k[2] += e.time_s;
+    k[3] += double(e.payload_bytes) * busbw_factor(e.kind, e.group_size);
+    uint64_t le = 1;
+    while (le < e.payload_bytes) le <<= 1;
+    hist[le] += 1;
+  }
+  json by_kind = json::array();
+  for (const auto& [key, k] : kinds) {
+    by_kind.push_back({{"kind", coll_name(CollKind(key.first))},
+                       {"group", group_name(GroupKind(key.second))},
+                       {"count", int(k[0])},
+                       {"bytes", uint64_t(k[1])},
+                       {"time_s", k[2]},
+                       {"busbw_gbps", k[2] > 0 ? k[3] / k[2] / 1e9 : 0}});
+  }
+  json histogram = json::array();
+  for (const auto& [le, n] : hist) histogram.push_back({{"bucket_bytes_le", le}, {"count", n}});
+  r["comm"] = {{"per_step",
+                {{"payload_bytes", run.payload_bytes},
+                 {"sent_bytes_intra", run.sent_intra_all},
+                 {"sent_bytes_inter", run.sent_inter_all},
+                 {"sent_bytes_max_rank", run.sent_max_rank},
+                 {"collectives", run.step_entries.size()}}},
+               {"traffic_accounting", run.traffic_counted ? "counted" : "modelled"},
+               {"by_kind", by_kind},
+               {"size_histogram", histogram},
+               {"exposed_s", median(run.exposed_s)}};
+  r["loss"] = run.loss;
+  r["param_checksum"] = run.param_checksum;
+  return r;
+}
+
+json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
+                  const std::vector<json>& results) {
+  json versions{{"mpi", env.mpi_version}, {"blas", env.blas_version}, {"compiler", env.compiler}};
+  if (!env.cuda_version.empty()) versions["cuda"] = env.cuda_version;
+  if (!env.nccl_version.empty()) versions["nccl"] = env.nccl_version;
+  bool counted = cfg.collectives == CollectiveImpl::kRing && env.backend == "cpu-mpi";
+  return json{{"schema_version", kSchemaVersion},
+              {"suite", "shardbench"},
+              {"kind", "run"},
+              {"created_utc", utc_now_iso()},
+              {"git_commit", git_commit()},
+              {"host", host_name()},
+              {"backend", env.backend},
+              {"device_name", env.device_name},
+              {"versions", versions},
+              {"traffic_accounting", counted ? "counted" : "modelled"},
+              {"config", config_json(cfg, topo)},
+              {"results", results}};
+}
+
+void write_json_atomic(const std::string& path, const json& doc) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << doc.dump(2) << "\n";
+    f.flush();
+    if (!f) throw std::runtime_error("write failed: " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+}  // namespace sb

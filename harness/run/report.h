@@ -1,0 +1,45 @@
+// The results file: builds the versioned JSON (schema in results/schema.json) from what the
+// trainer measured, and writes it atomically (temp file + rename, so a reader never sees half
+// a file). It measures nothing itself.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/run/trainer.h"
+#include "harness/topology.h"
+
+namespace sb {
+
+constexpr int kSchemaVersion = 1;
+
+struct Environment {
+  std::string backend = "cpu-mpi";  // cpu-mpi | cuda-nccl
+  std::string mpi_version, blas_version, compiler, cuda_version, nccl_version, device_name;
+  double peak_flops_per_device = 0;  // measured sgemm ceiling per core on CPU; datasheet on GPU
+  std::string peak_flops_source;
+  int devices = 1;                   // what MFU divides by (cores used on CPU, GPUs)
+};
+
+nlohmann::json config_json(const RunConfig& cfg, const Topology& topo);
+nlohmann::json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
+                           const Environment& env);
+nlohmann::json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
+                            const std::vector<nlohmann::json>& results);
+
+// Writes `doc` to path.tmp.<pid> and renames it over path. Throws std::runtime_error on failure.
+void write_json_atomic(const std::string& path, const nlohmann::json& doc);
+
+std::string git_commit();
+std::string host_name();
+std::string utc_now_iso();
+double median(std::vector<double> v);
+double percentile(std::vector<double> v, double p);
+// nccl-tests PERFORMANCE.md: busbw = algbw * factor.
+double busbw_factor(CollKind k, int n);
+const char* precision_name(Precision p);
+const char* prefetch_name(BackwardPrefetch p);
+
+}  // namespace sb

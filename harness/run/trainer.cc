@@ -1,0 +1,144 @@
+// Step loop, timers and cross-rank aggregation (see header). Collectives of the strategy go
+// through the Communicator; the few scalars aggregated here go through MpiRuntime on the main
+// thread while the comm thread is idle (after Communicator::synchronize).
+#include "harness/run/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "harness/common/check.h"
+#include "harness/model/data.h"
+#include "harness/model/gpt.h"
+
+namespace sb {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+double param_checksum(const std::vector<float>& params) {
+  double s = 0;
+  for (size_t i = 0; i < params.size(); ++i) s += double(params[i]) * double(1 + i % 7);
+  return params.empty() ? 0 : s / double(params.size());
+}
+
+StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRuntime& mpi,
+                         Communicator& comm, Device& device, bool keep_params) {
+  StrategyRun run;
+  run.strategy = name;
+  const StrategyEntry* entry = find_strategy(name);
+  SB_CHECK(entry != nullptr, "unknown strategy " << name);
+  run.description = entry->description;
+  const Topology& topo = comm.topology();
+  const int N = topo.world_size(), rank = topo.rank(), b = cfg.batch_per_rank;
+  const int T = cfg.model.seq_len;
+
+  MemoryTracker memory(device.allocator());
+  if (cfg.mem_limit_gb > 0) memory.set_limit(uint64_t(cfg.mem_limit_gb * (1ull << 30)));
+  const ModelLayout layout = make_layout(cfg.model);
+  std::unique_ptr<GptModel> model;
+  std::unique_ptr<Strategy> strategy;
+  std::vector<int> tokens(size_t(b) * T), targets(size_t(b) * T);
+  int failed = 0;  // 0 ok, 1 oom, 2 error
+  try {
+    model = std::make_unique<GptModel>(cfg.model, b, device, memory);
+    strategy = entry->make(StrategyContext{layout, comm, device, memory, cfg.options});
+    strategy->setup();
+    comm.synchronize();
+    run.padded_params = strategy->padded_params();
+    const int total = cfg.warmup + cfg.steps;
+    for (int step = 0; step < total; ++step) {
+      if (step == cfg.warmup) memory.reset_peak();  // peak of the steady state, setup excluded
+      // Rank r of N takes global samples [step*N*b + r*b, +b): every world size sees the
+      // same global batch, so a 1-rank run computes the same step.
+      make_batch(cfg.options.seed, uint64_t(step) * N * b + uint64_t(rank) * b, b, T,
+                 cfg.model.vocab, tokens.data(), targets.data());
+      const size_t ledger_mark = comm.ledger().size();
+      comm.reset_blocked_seconds();
+      const auto t0 = Clock::now();
+      strategy->begin_step();
+      const float loss = model->forward(tokens.data(), targets.data(), *strategy);
+      model->backward(*strategy);
+      strategy->finish_backward();
+      strategy->optimizer_step(step + 1);
+      comm.synchronize();
+      device.synchronize();
+      const double local_time = seconds_since(t0);
+      const double local_exposed = comm.blocked_seconds();
+      run.loss.push_back(mpi.sum_over_ranks(double(loss)) / N);
+      const double step_time = mpi.max_over_ranks(local_time);
+      const double exposed = mpi.max_over_ranks(local_exposed);
+      if (step >= cfg.warmup) {
+        run.step_time_s.push_back(step_time);
+        run.exposed_s.push_back(exposed);
+        const auto& all = comm.ledger().entries();
+        run.step_entries.assign(all.begin() + long(ledger_mark), all.end());
+      }
+    }
+    run.model_state_params = memory.current(MemCategory::kParams);
+    run.model_state_grads = memory.current(MemCategory::kGrads);
+    run.model_state_optimizer = memory.current(MemCategory::kOptimizer);
+    run.peak_bytes = memory.peak_total();
+    run.breakdown_at_peak = memory.breakdown_at_peak();
+    std::vector<float> params = strategy->gather_full_params();
+    comm.synchronize();
+    run.param_checksum = param_checksum(params);
+    if (keep_params) run.params = std::move(params);
+  } catch (const OutOfMemory& e) {
+    failed = 1;
+    run.error = e.what();
+  } catch (const std::exception& e) {
+    failed = 2;
+    run.error = e.what();
+  }
+  // In-flight collectives may still read buffers of the strategy: finish them first.
+  comm.synchronize();
+  strategy.reset();
+  model.reset();
+  comm.ledger().clear();
+
+  // Agree on the verdict: one failing rank fails the strategy everywhere.
+  const int worst = int(mpi.max_over_ranks(double(failed)));
+  if (worst != 0) {
+    run.status = worst == 1 ? "oom" : "error";
+    std::string msg = run.error;
+    mpi.broadcast_string(msg, 0);  // rank 0's message (or, if it did not fail, say so below)
+    if (msg.empty()) msg = "failed on another rank (see its log)";
+    run.error = msg;
+    run.step_time_s.clear();
+    run.step_entries.clear();
+    return run;
+  }
+
+  // Cross-rank aggregates of one step's traffic and of memory.
+  for (const LedgerEntry& e : run.step_entries) {
+    run.payload_bytes += e.payload_bytes;
+    run.sent_local.intra += e.sent.intra;
+    run.sent_local.inter += e.sent.inter;
+    run.traffic_counted = run.traffic_counted && e.counted;
+  }
+  run.sent_intra_all = mpi.sum_over_ranks_u64(run.sent_local.intra);
+  run.sent_inter_all = mpi.sum_over_ranks_u64(run.sent_local.inter);
+  run.sent_max_rank = mpi.max_over_ranks_u64(run.sent_local.total());
+  const uint64_t max_peak = mpi.max_over_ranks_u64(run.peak_bytes);
+  // The breakdown reported is that of the lowest rank holding the maximum peak.
+  const double holder = mpi.max_over_ranks(run.peak_bytes == max_peak ? double(N - rank) : 0.0);
+  const int holder_rank = N - int(holder);
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const uint64_t mine = rank == holder_rank ? run.breakdown_at_peak[c] : 0;
+    run.breakdown_at_peak[c] = mpi.sum_over_ranks_u64(mine);
+  }
+  run.peak_bytes = max_peak;
+  run.model_state_params = mpi.max_over_ranks_u64(run.model_state_params);
+  run.model_state_grads = mpi.max_over_ranks_u64(run.model_state_grads);
+  run.model_state_optimizer = mpi.max_over_ranks_u64(run.model_state_optimizer);
+  run.rss_hwm_bytes = mpi.max_over_ranks_u64(MemoryTracker::rss_hwm_bytes());
+  return run;
+}
+
+}  // namespace sb

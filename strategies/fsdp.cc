@@ -1,0 +1,241 @@
+// PyTorch FSDP (Zhao et al. 2023): one flat parameter per wrap unit, sharded with padding over
+// the shard group. The four sharding strategies differ only in two knobs, kept as data in
+// kFsdpSpecs: reshard after forward (FULL_SHARD) or keep params from forward through backward
+// (SHARD_GRAD_OP), and the shard group (world, or the node with an all-reduce of the gradient
+// shard across nodes: HYBRID_SHARD). The root unit (embeddings, final norm, head) runs first
+// and last, so, as in FSDP, it is not resharded after forward.
+#include <deque>
+#include <memory>
+
+#include "strategies/strategy.h"
+
+namespace sb {
+namespace {
+
+struct FsdpSpec { const char* name; bool reshard_after_forward; bool hybrid; };
+constexpr FsdpSpec kFsdpSpecs[] = {
+    {"fsdp_full_shard", true, false},
+    {"fsdp_shard_grad_op", false, false},
+    {"fsdp_hybrid_shard", true, true},
+    {"fsdp_hybrid_shard_zero2", false, true},
+};
+
+StrategyDescription fsdp_description(const FsdpSpec& s) {
+  StrategyDescription d;
+  d.name = s.name;
+  d.family = "fsdp";
+  d.shards_params = d.shards_grads = d.shards_optimizer = true;
+  d.shard_group = s.hybrid ? GroupKind::kIntra : GroupKind::kWorld;
+  d.replicate_across_nodes = s.hybrid;
+  d.reshard_after_forward = s.reshard_after_forward;
+  d.granularity = Granularity::kUnit;
+  return d;
+}
+
+class Fsdp final : public Strategy {
+ public:
+  Fsdp(StrategyContext c, const FsdpSpec& s) : Strategy(std::move(c)), desc_(fsdp_description(s)) {}
+  const StrategyDescription& description() const override { return desc_; }
+
+  void setup() override {
+    const auto& o = ctx_.options;
+    const int S = group_size(desc_.shard_group), r = group_index(desc_.shard_group);
+    const std::vector<std::vector<int>> unit_tensors = wrap_units();
+    units_.resize(unit_tensors.size());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& U = units_[u];
+      U.flat = FlatLayout::build(ctx_.model, unit_tensors[u], S);
+      const uint64_t shard = U.flat.shard_size(S);
+      U.shard = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), shard);
+      U.grad_shard = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), shard);
+      U.optim = std::make_unique<ShardOptimizer>(ctx_.model, U.flat, r * shard, (r + 1) * shard,
+                                                 o.param_dtype(), o.adamw, o.seed, ctx_.device,
+                                                 ctx_.memory);
+      U.optim->init_params(U.shard.data());
+      for (int t : unit_tensors[u]) unit_of_tensor_[t] = int(u);
+    }
+    // Module -> unit, and each unit's first/last module in forward and backward order.
+    const int M = int(ctx_.model.modules.size());
+    for (int m = 0; m < M; ++m) {
+      const int u = unit_of_tensor_[ctx_.model.modules[m].tensors.front()];
+      unit_of_module_.push_back(u);
+      Unit& U = units_[u];
+      if (U.first_fwd < 0) U.first_fwd = m, fwd_order_.push_back(u);
+      U.last_fwd = m;
+      U.last_bwd = m;  // the lowest module index runs last in backward
+    }
+    for (int m = M - 1; m >= 0; --m) {
+      Unit& U = units_[unit_of_module_[m]];
+      if (U.first_bwd < 0) U.first_bwd = m, bwd_order_.push_back(unit_of_module_[m]);
+    }
+    root_ = unit_of_module_[0];
+  }
+
+  void on_pre_forward(int m) override {
+    const int u = unit_of_module_[m];
+    gather(u);
+    if (ctx_.options.forward_prefetch && m == units_[u].first_fwd) gather(next_of(fwd_order_, u));
+    wait_gathered(u);
+  }
+
+  void on_post_forward(int m) override {
+    const int u = unit_of_module_[m];
+    if (m == units_[u].last_fwd && u != root_ && desc_.reshard_after_forward) units_[u].full.reset();
+  }
+
+  void on_pre_backward(int m) override {
+    const int u = unit_of_module_[m];
+    gather(u);
+    if (m == units_[u].first_bwd && ctx_.options.backward_prefetch == BackwardPrefetch::kPre)
+      gather(next_of(bwd_order_, u));  // BACKWARD_PRE: before this unit's gradient computation
+    wait_gathered(u);
+  }
+
+  void on_post_backward(int m) override {
+    const int u = unit_of_module_[m];
+    Unit& U = units_[u];
+    if (m != U.last_bwd) return;
+    if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
+      gather(next_of(bwd_order_, u));  // BACKWARD_POST: after it, before its reduce-scatter
+    const GroupKind g = desc_.shard_group;
+    // after this reduce-scatter each rank holds its shard of the unit's grads, summed over the
+    // shard group
+    U.reduce = maybe_wait(ctx_.comm.reduce_scatter_async(U.full_grad.data(), U.grad_shard.data(),
+                                                         U.grad_shard.size(), U.grad_shard.dtype(),
+                                                         g, "unit" + std::to_string(u)));
+    if (desc_.replicate_across_nodes) {
+      // after this all-reduce the shard holds the sum over every node's replica as well
+      U.reduce = maybe_wait(ctx_.comm.all_reduce_async(U.grad_shard.data(), U.grad_shard.size(),
+                                                       U.grad_shard.dtype(), GroupKind::kInter,
+                                                       "unit" + std::to_string(u)));
+    }
+    U.full.reset();  // reshard: the comm thread reads only the grads from here on
+    reducing_.push_back(u);
+    reap(false);
+  }
+
+  void finish_backward() override { reap(true); }
+
+  void optimizer_step(int step) override {
+    const float scale = 1.0f / float(world());
+    for (Unit& U : units_)
+      U.optim->step(U.shard.data(), U.grad_shard.data(), U.grad_shard.dtype(), scale, step);
+  }
+
+  std::vector<float> gather_full_params() override {
+    std::vector<float> out;
+    for (Unit& U : units_) {
+      TypedBuffer full(ctx_.memory, MemCategory::kWorkspace, U.shard.dtype(), U.flat.padded);
+      ctx_.comm.all_gather(U.shard.data(), full.data(), U.shard.size(), U.shard.dtype(),
+                           desc_.shard_group);
+      flat_to_full(ctx_.model, U.flat, full.data(), full.dtype(), ctx_.device, out);
+    }
+    return out;
+  }
+  uint64_t padded_params() const override {
+    uint64_t n = 0;
+    for (const Unit& U : units_) n += U.flat.padded;
+    return n;
+  }
+
+ protected:
+  std::pair<const void*, DType> param_storage(int t) override {
+    Unit& U = units_[unit_of_tensor_[t]];
+    return {U.full.at(U.flat.find(t)->offset), U.full.dtype()};
+  }
+  std::pair<void*, DType> grad_storage(int t) override {
+    Unit& U = units_[unit_of_tensor_[t]];
+    if (U.full_grad.empty())  // the unsharded grad lives from the unit's backward to its RS
+      U.full_grad = TypedBuffer(ctx_.memory, MemCategory::kGrads, ctx_.options.grad_dtype(),
+                                U.flat.padded);
+    return {U.full_grad.at(U.flat.find(t)->offset), U.full_grad.dtype()};
+  }
+
+ private:
+  struct Unit {
+    FlatLayout flat;
+    TypedBuffer shard, grad_shard, full, full_grad;
+    std::unique_ptr<ShardOptimizer> optim;
+    CommHandle gather, reduce;
+    int first_fwd = -1, last_fwd = -1, first_bwd = -1, last_bwd = -1;
+  };
+
+  // --wrap: block (one unit per block + root), model (one unit), every-K (K blocks per unit).
+  std::vector<std::vector<int>> wrap_units() const {
+    const auto& model = ctx_.model;
+    const int L = model.config.n_layer;
+    int k = L;  // "model": every block joins the root
+    if (ctx_.options.wrap == "block") k = 1;
+    else if (ctx_.options.wrap.rfind("every-", 0) == 0) k = std::stoi(ctx_.options.wrap.substr(6));
+    const bool whole = ctx_.options.wrap == "model";
+    std::vector<std::vector<int>> units(whole ? 1 : 1 + (L + k - 1) / k);
+    for (size_t t = 0; t < model.tensors.size(); ++t) {
+      const int seg = model.tensors[t].segment;
+      const bool root = whole || seg == 0 || seg == L + 1;
+      units[root ? 0 : 1 + (seg - 1) / k].push_back(int(t));
+    }
+    return units;
+  }
+
+  int next_of(const std::vector<int>& order, int u) const {
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      if (order[i] == u) return order[i + 1];
+    return -1;
+  }
+
+  // Issue the unit's all-gather unless it is whole already or on its way.
+  void gather(int u) {
+    if (u < 0) return;
+    Unit& U = units_[u];
+    if (!U.full.empty()) return;
+    if (ctx_.options.limit_all_gathers) {  // rate limiter: at most two gathers in flight
+      while (inflight_.size() >= 2) {
+        units_[inflight_.front()].gather.wait();
+        inflight_.pop_front();
+      }
+    }
+    U.full = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, U.shard.dtype(), U.flat.padded);
+    // after this all-gather every rank of the shard group holds the unit's flat param whole
+    U.gather = maybe_wait(ctx_.comm.all_gather_async(U.shard.data(), U.full.data(), U.shard.size(),
+                                                     U.shard.dtype(), desc_.shard_group,
+                                                     "unit" + std::to_string(u)));
+    inflight_.push_back(u);
+  }
+
+  void wait_gathered(int u) {
+    Unit& U = units_[u];
+    if (U.gather.valid()) U.gather.wait();
+    U.gather = CommHandle();
+    std::erase(inflight_, u);
+  }
+
+  // Free the unsharded grads of units whose reduction has finished.
+  void reap(bool all) {
+    while (!reducing_.empty()) {
+      Unit& U = units_[reducing_.front()];
+      if (!all && !U.reduce.done()) break;
+      U.reduce.wait();
+      U.full_grad.reset();
+      reducing_.pop_front();
+    }
+  }
+
+  StrategyDescription desc_;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_tensor_ = std::vector<int>(ctx_.model.tensors.size(), -1);
+  std::vector<int> unit_of_module_, fwd_order_, bwd_order_;
+  int root_ = 0;
+  std::deque<int> inflight_, reducing_;
+};
+
+}  // namespace
+
+void register_fsdp(std::vector<StrategyEntry>& out) {
+  for (const FsdpSpec& s : kFsdpSpecs) {
+    out.push_back({fsdp_description(s), [&s](StrategyContext c) -> std::unique_ptr<Strategy> {
+                     return std::make_unique<Fsdp>(std::move(c), s);
+                   }});
+  }
+}
+
+}  // namespace sb

@@ -1,0 +1,155 @@
+// A sharding strategy is a policy: it decides when parameters are gathered and freed, when
+// gradients are reduced and over which group, and what each rank keeps. The driver owns the
+// loop; the strategy sees the model through ModelHooks and the world through the
+// Communicator front end. It never includes MPI or CUDA headers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/comm/communicator.h"
+#include "harness/device/device.h"
+#include "harness/memory/tracker.h"
+#include "harness/model/gpt.h"
+#include "harness/model/layout.h"
+#include "harness/optim/shard_optimizer.h"
+#include "harness/run/compute_views.h"
+
+namespace sb {
+
+enum class Precision { kFp32, kBf16Mixed };
+enum class BackwardPrefetch { kNone, kPre, kPost };
+enum class Granularity { kBucket, kTensor, kUnit };
+
+// Every knob a strategy may read; the CLI fills it, the JSON echoes it.
+struct StrategyOptions {
+  Precision precision = Precision::kFp32;
+  std::string wrap = "block";            // block | model | every-K
+  double bucket_mb = 25.0;               // DDP / ZeRO gradient bucket cap
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;         // FSDP rate limiter: at most two in-flight gathers
+  bool overlap = true;                   // async collectives; off = wait on each at once
+  uint64_t prefetch_elements = 50'000'000;  // ZeRO-3 stage3_prefetch_bucket_size
+  uint64_t persist_elements = 0;            // ZeRO-3 stage3_param_persistence_threshold
+  AdamWConfig adamw;
+  uint64_t seed = 1234;
+
+  DType param_dtype() const { return precision == Precision::kFp32 ? DType::kF32 : DType::kBF16; }
+  DType grad_dtype() const { return param_dtype(); }
+  uint64_t bucket_elements() const;  // bucket_mb in elements of the grad dtype
+};
+
+// What a strategy is, in one place: the run, the tests and the predictor all read this.
+struct StrategyDescription {
+  std::string name;
+  std::string family;           // "ddp", "zero", "fsdp"
+  bool shards_params = false;   // at rest
+  bool shards_grads = false;
+  bool shards_optimizer = false;
+  GroupKind shard_group = GroupKind::kWorld;  // the group shards are spread over
+  bool replicate_across_nodes = false;        // hybrid: all-reduce of shards across nodes
+  bool reshard_after_forward = true;          // FSDP FULL_SHARD vs SHARD_GRAD_OP
+  bool gather_after_step = false;             // ZeRO-1/2: params refreshed after the step
+  Granularity granularity = Granularity::kBucket;
+};
+
+struct StrategyContext {
+  const ModelLayout& model;
+  Communicator& comm;
+  Device& device;
+  MemoryTracker& memory;
+  StrategyOptions options;
+};
+
+class Strategy : public ModelHooks {
+ public:
+  explicit Strategy(StrategyContext ctx)
+      : ctx_(std::move(ctx)), views_(ctx_.model, ctx_.device, ctx_.memory) {}
+  ~Strategy() override = default;
+
+  virtual const StrategyDescription& description() const = 0;
+  // Shard what is sharded, allocate what is kept, initialise parameters (deterministically).
+  virtual void setup() = 0;
+  virtual void begin_step() {}
+  // After the model's backward: make every gradient reduction complete.
+  virtual void finish_backward() = 0;
+  // AdamW on what this rank owns, then restore the strategy's at-rest invariant.
+  virtual void optimizer_step(int step) = 0;
+  // Full fp32 parameters in ModelLayout tensor order (for checksums and parity tests).
+  virtual std::vector<float> gather_full_params() = 0;
+  // Parameters after the strategy's padding (what is really stored across the shard group).
+  virtual uint64_t padded_params() const = 0;
+
+  // ModelHooks: conversions (bf16 <-> fp32 views) are handled here once for every strategy.
+  void pre_forward(int m) final { on_pre_forward(m); }
+  void post_forward(int m) final {
+    views_.release_params();
+    on_post_forward(m);
+  }
+  void pre_backward(int m) final { on_pre_backward(m); }
+  void post_backward(int m) final {
+    views_.flush_grads();
+    views_.release_params();
+    on_post_backward(m);
+  }
+  const float* param(int t) final {
+    auto [p, d] = param_storage(t);
+    return views_.param(t, p, d);
+  }
+  float* grad(int t) final {
+    auto [g, d] = grad_storage(t);
+    return views_.grad(t, g, d);
+  }
+
+ protected:
+  virtual void on_pre_forward(int m) {}
+  virtual void on_post_forward(int m) {}
+  virtual void on_pre_backward(int m) {}
+  virtual void on_post_backward(int m) {}
+  // Where the full tensor t is right now (must be materialised), in the stored dtype.
+  virtual std::pair<const void*, DType> param_storage(int t) = 0;
+  virtual std::pair<void*, DType> grad_storage(int t) = 0;
+
+  // Wait now when overlap is off; otherwise keep the handle for later.
+  CommHandle maybe_wait(CommHandle h) {
+    if (!ctx_.options.overlap) h.wait();
+    return h;
+  }
+  int world() const { return ctx_.comm.topology().world_size(); }
+  int group_size(GroupKind g) const { return ctx_.comm.group(g).size(); }
+  int group_index(GroupKind g) const { return ctx_.comm.group(g).index; }
+
+  StrategyContext ctx_;
+  ComputeViews views_;
+};
+
+using StrategyFactory = std::function<std::unique_ptr<Strategy>(StrategyContext)>;
+struct StrategyEntry {
+  StrategyDescription description;
+  StrategyFactory make;
+};
+// The registry: every strategy by name, in the order the matrix runs them.
+const std::vector<StrategyEntry>& strategy_registry();
+const StrategyEntry* find_strategy(const std::string& name);
+std::vector<std::string> strategy_names();
+
+// Registration hooks of each strategy file (called by the registry; keeps files independent).
+void register_ddp(std::vector<StrategyEntry>& out);
+void register_zero(std::vector<StrategyEntry>& out);
+void register_zero3(std::vector<StrategyEntry>& out);
+void register_fsdp(std::vector<StrategyEntry>& out);
+
+// Tensors in the order their gradients become complete during backward (bucket order).
+std::vector<int> tensors_in_grad_ready_order(const ModelLayout& model);
+
+// Copies the tensors of a full flat buffer (device memory, stored dtype) into `out`, which
+// holds every tensor of the model back to back in ModelLayout order (fp32).
+void flat_to_full(const ModelLayout& model, const FlatLayout& flat, const void* data, DType dtype,
+                  Device& device, std::vector<float>& out);
+// Element offset of each tensor in that back-to-back order.
+std::vector<uint64_t> full_offsets(const ModelLayout& model);
+
+}  // namespace sb

@@ -1,0 +1,170 @@
+// ZeRO-1 and ZeRO-2 (Rajbhandari et al. 2020, §5.1–5.2; DeepSpeed stage 1/2): full parameters
+// on every rank; optimizer state (and for ZeRO-2 the gradients) sharded over the world. Each
+// gradient bucket is padded to N and reduce-scattered, rank r owning chunk r of every bucket;
+// AdamW updates the owned chunks and an all-gather refreshes the full parameters.
+// The two stages differ in one knob: whether full gradients are kept (stage 1) or each bucket
+// is reduce-scattered as soon as it is complete and only the owned chunk is kept (stage 2).
+#include <memory>
+
+#include "strategies/buckets.h"
+#include "strategies/strategy.h"
+
+namespace sb {
+namespace {
+
+StrategyDescription zero_description(int stage) {
+  StrategyDescription d;
+  d.name = "zero" + std::to_string(stage);
+  d.family = "zero";
+  d.shards_optimizer = true;
+  d.shards_grads = stage >= 2;
+  d.shard_group = GroupKind::kWorld;
+  d.gather_after_step = true;
+  d.granularity = Granularity::kBucket;
+  return d;
+}
+
+class Zero final : public Strategy {
+ public:
+  Zero(StrategyContext c, int stage) : Strategy(std::move(c)), desc_(zero_description(stage)) {}
+  const StrategyDescription& description() const override { return desc_; }
+
+  void setup() override {
+    const auto& o = ctx_.options;
+    const int n = world(), r = group_index(GroupKind::kWorld);
+    plan_ = plan_buckets(ctx_.model, tensors_in_grad_ready_order(ctx_.model),
+                         o.bucket_elements(), uint64_t(n));
+    for (const FlatLayout& b : plan_.buckets) {
+      const uint64_t chunk = b.shard_size(n);
+      params_.emplace_back(ctx_.memory, MemCategory::kParams, o.param_dtype(), b.padded);
+      if (stage() == 1) {
+        grads_.emplace_back(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), b.padded);
+      } else {
+        grad_shards_.emplace_back(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), chunk);
+        staging_.emplace_back();
+      }
+      optim_.push_back(std::make_unique<ShardOptimizer>(ctx_.model, b, r * chunk, (r + 1) * chunk,
+                                                        o.param_dtype(), o.adamw, o.seed,
+                                                        ctx_.device, ctx_.memory));
+      // Every rank initialises its own chunk; the first all-gather makes the replicas whole.
+      optim_.back()->init_params(params_.back().at(r * chunk));
+    }
+    pending_.resize(plan_.buckets.size());
+    left_ = plan_.tensors_left;
+    gather_params();
+  }
+
+  void on_post_backward(int m) override {
+    if (stage() == 1) return;  // stage 1 reduces after backward, from the full grads
+    for (int t : ctx_.model.modules[m].tensors) {
+      if (ready_[t] != m) continue;
+      const int b = plan_.bucket_of_tensor[t];
+      if (--left_[b] == 0) reduce_scatter_bucket(b, staging_[b].data());
+    }
+    release_finished_staging();
+  }
+
+  void finish_backward() override {
+    if (stage() == 1) {
+      for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+        grad_shards_.emplace_back(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
+                                  plan_.buckets[b].shard_size(world()));
+        reduce_scatter_bucket(int(b), grads_[b].data());
+      }
+    }
+    for (auto& h : pending_)
+      if (h.valid()) h.wait();
+    for (auto& s : staging_) s.reset();
+    left_ = plan_.tensors_left;
+  }
+
+  void optimizer_step(int step) override {
+    const float scale = 1.0f / float(world());
+    const int r = group_index(GroupKind::kWorld);
+    for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const uint64_t chunk = plan_.buckets[b].shard_size(world());
+      optim_[b]->step(params_[b].at(r * chunk), grad_shards_[b].data(), grad_shards_[b].dtype(),
+                      scale, step);
+      if (stage() == 1) ctx_.device.fill_zero(grads_[b].data(), grads_[b].bytes());
+    }
+    if (stage() == 1) grad_shards_.clear();  // stage 1's shards were reduction outputs only
+    gather_params();
+  }
+
+  std::vector<float> gather_full_params() override {
+    std::vector<float> out;
+    for (size_t b = 0; b < params_.size(); ++b)
+      flat_to_full(ctx_.model, plan_.buckets[b], params_[b].data(), params_[b].dtype(),
+                   ctx_.device, out);
+    return out;
+  }
+  uint64_t padded_params() const override { return plan_.padded_params(); }
+
+ protected:
+  std::pair<const void*, DType> param_storage(int t) override {
+    const int b = plan_.bucket_of_tensor[t];
+    return {params_[b].at(plan_.buckets[b].find(t)->offset), params_[b].dtype()};
+  }
+  std::pair<void*, DType> grad_storage(int t) override {
+    const int b = plan_.bucket_of_tensor[t];
+    const uint64_t off = plan_.buckets[b].find(t)->offset;
+    if (stage() == 1) return {grads_[b].at(off), grads_[b].dtype()};
+    if (staging_[b].empty())  // the bucket's full grads live only until its reduce-scatter
+      staging_[b] = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
+                                plan_.buckets[b].padded);
+    return {staging_[b].at(off), staging_[b].dtype()};
+  }
+
+ private:
+  int stage() const { return desc_.shards_grads ? 2 : 1; }
+
+  void reduce_scatter_bucket(int b, const void* full) {
+    // after this reduce-scatter each rank holds the summed grads of its chunk of bucket b
+    pending_[b] = maybe_wait(ctx_.comm.reduce_scatter_async(
+        full, grad_shards_[b].data(), grad_shards_[b].size(), grad_shards_[b].dtype(),
+        GroupKind::kWorld, "bucket" + std::to_string(b)));
+  }
+
+  void release_finished_staging() {
+    for (size_t b = 0; b < staging_.size(); ++b)
+      if (!staging_[b].empty() && left_[b] == 0 && pending_[b].valid() && pending_[b].done())
+        staging_[b].reset();
+  }
+
+  void gather_params() {
+    const int r = group_index(GroupKind::kWorld);
+    std::vector<TypedBuffer> sends;
+    std::vector<CommHandle> handles;
+    for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+      const uint64_t chunk = plan_.buckets[b].shard_size(world());
+      // The owned chunk is staged so the gather never reads what it is writing.
+      sends.emplace_back(ctx_.memory, MemCategory::kCommBuffers, params_[b].dtype(), chunk);
+      ctx_.device.copy(sends.back().data(), params_[b].at(r * chunk), sends.back().bytes());
+      // after this all-gather every rank holds the updated full parameters of bucket b
+      handles.push_back(maybe_wait(ctx_.comm.all_gather_async(
+          sends.back().data(), params_[b].data(), chunk, params_[b].dtype(), GroupKind::kWorld,
+          "bucket" + std::to_string(b))));
+    }
+    for (auto& h : handles) h.wait();
+  }
+
+  StrategyDescription desc_;
+  BucketPlan plan_;
+  std::vector<int> ready_ = ctx_.model.grad_ready_module();
+  std::vector<int> left_;
+  std::vector<TypedBuffer> params_, grads_, grad_shards_, staging_;
+  std::vector<std::unique_ptr<ShardOptimizer>> optim_;
+  std::vector<CommHandle> pending_;
+};
+
+}  // namespace
+
+void register_zero(std::vector<StrategyEntry>& out) {
+  for (int stage : {1, 2}) {
+    out.push_back({zero_description(stage), [stage](StrategyContext c) -> std::unique_ptr<Strategy> {
+                     return std::make_unique<Zero>(std::move(c), stage);
+                   }});
+  }
+}
+
+}  // namespace sb

@@ -1,0 +1,240 @@
+// ZeRO-3 (Rajbhandari et al. 2020 §5.3; DeepSpeed stage 3): every parameter tensor is
+// partitioned on its own over the world. Before each leaf module its tensors are all-gathered
+// (one collective per tensor), with later modules' gathers prefetched while the elements in
+// flight stay under --prefetch-elements; freed after the module, gathered again in backward.
+// Tensors smaller than --persist-elements stay whole on every rank (no gather; refreshed after
+// the step). Gradients are reduce-scattered in buckets of --bucket-mb: each bucket is staged as
+// N blocks (block r = rank r's partitions of the bucket's tensors), one reduce-scatter each.
+#include <deque>
+#include <memory>
+
+#include "strategies/strategy.h"
+
+namespace sb {
+namespace {
+
+StrategyDescription zero3_description() {
+  StrategyDescription d;
+  d.name = "zero3";
+  d.family = "zero";
+  d.shards_params = d.shards_grads = d.shards_optimizer = true;
+  d.shard_group = GroupKind::kWorld;
+  d.granularity = Granularity::kTensor;
+  return d;
+}
+
+class Zero3 final : public Strategy {
+ public:
+  using Strategy::Strategy;
+  const StrategyDescription& description() const override { return desc_; }
+
+  void setup() override {
+    const auto& o = ctx_.options;
+    const int n = world(), r = group_index(GroupKind::kWorld);
+    const size_t nt = ctx_.model.tensors.size();
+    flats_.reserve(nt);
+    for (size_t t = 0; t < nt; ++t) flats_.push_back(FlatLayout::build(ctx_.model, {int(t)}, n));
+    shards_.resize(nt);
+    grad_shards_.resize(nt);
+    full_.resize(nt);
+    grad_full_.resize(nt);
+    gather_.resize(nt);
+    persistent_.resize(nt);
+    for (size_t t = 0; t < nt; ++t) {
+      const uint64_t part = flats_[t].shard_size(n);
+      persistent_[t] = ctx_.model.tensors[t].numel < o.persist_elements;
+      shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), part);
+      grad_shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), part);
+      optim_.push_back(std::make_unique<ShardOptimizer>(ctx_.model, flats_[t], r * part,
+                                                        (r + 1) * part, o.param_dtype(), o.adamw,
+                                                        o.seed, ctx_.device, ctx_.memory));
+      optim_.back()->init_params(shards_[t].data());
+      if (persistent_[t])
+        full_[t] = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), flats_[t].padded);
+    }
+    // Execution order of (module, pass) for prefetching: forward, then backward reversed.
+    for (size_t m = 0; m < ctx_.model.modules.size(); ++m) exec_.push_back(int(m));
+    for (int m = int(ctx_.model.modules.size()) - 1; m >= 0; --m) exec_.push_back(m);
+    refresh_persistent();
+  }
+
+  void begin_step() override { cursor_ = 0; }
+  void on_pre_forward(int m) override { fetch(m); }
+  void on_pre_backward(int m) override { fetch(m); }
+  void on_post_forward(int m) override { release(m); }
+
+  void on_post_backward(int m) override {
+    release(m);
+    for (int t : ctx_.model.modules[m].tensors) {
+      if (ready_[t] != m) continue;
+      bucket_.push_back(t);
+      bucket_elems_ += flats_[t].padded;
+      if (bucket_elems_ >= ctx_.options.bucket_elements()) flush_bucket();
+    }
+  }
+
+  void finish_backward() override {
+    flush_bucket();
+    reap_reductions(true);
+  }
+
+  void optimizer_step(int step) override {
+    const float scale = 1.0f / float(world());
+    for (size_t t = 0; t < optim_.size(); ++t)
+      optim_[t]->step(shards_[t].data(), grad_shards_[t].data(), grad_shards_[t].dtype(), scale,
+                      step);
+    refresh_persistent();
+  }
+
+  std::vector<float> gather_full_params() override {
+    std::vector<float> out;
+    for (size_t t = 0; t < flats_.size(); ++t) {
+      TypedBuffer full(ctx_.memory, MemCategory::kWorkspace, shards_[t].dtype(), flats_[t].padded);
+      ctx_.comm.all_gather(shards_[t].data(), full.data(), shards_[t].size(), full.dtype(),
+                           GroupKind::kWorld);
+      flat_to_full(ctx_.model, flats_[t], full.data(), full.dtype(), ctx_.device, out);
+    }
+    return out;
+  }
+  uint64_t padded_params() const override {
+    uint64_t n = 0;
+    for (const auto& f : flats_) n += f.padded;
+    return n;
+  }
+
+ protected:
+  std::pair<const void*, DType> param_storage(int t) override {
+    if (gather_[t].valid()) gather_[t].wait();
+    return {full_[t].data(), full_[t].dtype()};
+  }
+  std::pair<void*, DType> grad_storage(int t) override {
+    if (grad_full_[t].empty())  // the full grad lives from its first use until its bucket flushes
+      grad_full_[t] = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
+                                  flats_[t].padded);
+    return {grad_full_[t].data(), grad_full_[t].dtype()};
+  }
+
+ private:
+  // Gather m's tensors, then prefetch along the execution order within the element budget.
+  void fetch(int m) {
+    while (cursor_ < exec_.size() && exec_[cursor_] != m) ++cursor_;
+    issue_gathers(m);
+    if (!ctx_.options.overlap) return;
+    // The window ahead (materialised or not) is what counts against the budget.
+    uint64_t window = 0;
+    for (size_t i = cursor_ + 1; i < exec_.size(); ++i) {
+      for (int t : ctx_.model.modules[exec_[i]].tensors)
+        if (!persistent_[t]) window += flats_[t].padded;
+      if (window > ctx_.options.prefetch_elements) break;
+      issue_gathers(exec_[i]);
+    }
+  }
+
+  void issue_gathers(int m) {
+    for (int t : ctx_.model.modules[m].tensors) {
+      if (persistent_[t] || !full_[t].empty()) continue;
+      full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
+                             flats_[t].padded);
+      // after this all-gather every rank holds tensor t whole
+      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(
+          shards_[t].data(), full_[t].data(), shards_[t].size(), shards_[t].dtype(),
+          GroupKind::kWorld, ctx_.model.tensors[t].name));
+    }
+  }
+
+  void release(int m) {
+    for (int t : ctx_.model.modules[m].tensors) {
+      if (persistent_[t]) continue;
+      if (gather_[t].valid()) gather_[t].wait();
+      gather_[t] = CommHandle();
+      full_[t].reset();
+    }
+    reap_reductions(false);
+  }
+
+  void flush_bucket() {
+    if (bucket_.empty()) return;
+    const int n = world();
+    uint64_t block = 0;
+    for (int t : bucket_) block += flats_[t].shard_size(n);
+    Reduction red;
+    red.tensors = bucket_;
+    red.staging = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
+                              block * n);
+    red.out = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(), block);
+    const size_t eb = dtype_bytes(red.staging.dtype());
+    for (int q = 0; q < n; ++q) {  // block q = every tensor's partition q, back to back
+      uint64_t at = uint64_t(q) * block;
+      for (int t : bucket_) {
+        const uint64_t part = flats_[t].shard_size(n);
+        ctx_.device.copy(red.staging.at(at), grad_full_[t].at(q * part), part * eb);
+        at += part;
+      }
+    }
+    for (int t : bucket_) grad_full_[t].reset();
+    // after this reduce-scatter each rank holds the summed grads of its partitions
+    red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(), block,
+                                                           red.out.dtype(), GroupKind::kWorld,
+                                                           "grad_bucket"));
+    reductions_.push_back(std::move(red));
+    bucket_.clear();
+    bucket_elems_ = 0;
+    reap_reductions(false);
+  }
+
+  // Copy finished reductions into the grad shards and free their staging.
+  void reap_reductions(bool all) {
+    while (!reductions_.empty() && (all || reductions_.front().handle.done())) {
+      Reduction& red = reductions_.front();
+      red.handle.wait();
+      uint64_t at = 0;
+      const size_t eb = dtype_bytes(red.out.dtype());
+      for (int t : red.tensors) {
+        ctx_.device.copy(grad_shards_[t].data(), red.out.at(at), grad_shards_[t].size() * eb);
+        at += grad_shards_[t].size();
+      }
+      reductions_.pop_front();
+    }
+  }
+
+  void refresh_persistent() {
+    std::vector<CommHandle> hs;
+    for (size_t t = 0; t < flats_.size(); ++t) {
+      if (!persistent_[t]) continue;
+      // after this all-gather every rank holds the updated persistent tensor whole
+      hs.push_back(ctx_.comm.all_gather_async(shards_[t].data(), full_[t].data(), shards_[t].size(),
+                                              shards_[t].dtype(), GroupKind::kWorld,
+                                              ctx_.model.tensors[t].name));
+    }
+    for (auto& h : hs) h.wait();
+  }
+
+  struct Reduction {
+    std::vector<int> tensors;
+    TypedBuffer staging, out;
+    CommHandle handle;
+  };
+
+  StrategyDescription desc_ = zero3_description();
+  std::vector<int> ready_ = ctx_.model.grad_ready_module();
+  std::vector<FlatLayout> flats_;
+  std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_;
+  std::vector<CommHandle> gather_;
+  std::vector<bool> persistent_;
+  std::vector<std::unique_ptr<ShardOptimizer>> optim_;
+  std::vector<int> exec_;
+  size_t cursor_ = 0;
+  std::vector<int> bucket_;
+  uint64_t bucket_elems_ = 0;
+  std::deque<Reduction> reductions_;
+};
+
+}  // namespace
+
+void register_zero3(std::vector<StrategyEntry>& out) {
+  out.push_back({zero3_description(), [](StrategyContext c) -> std::unique_ptr<Strategy> {
+                   return std::make_unique<Zero3>(std::move(c));
+                 }});
+}
+
+}  // namespace sb

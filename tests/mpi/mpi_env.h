@@ -1,0 +1,11 @@
+// What the shared MPI test main provides to multi-rank tests.
+#pragma once
+
+#include "harness/comm/mpi_runtime.h"
+#include "harness/topology.h"
+
+namespace sb::testing {
+extern MpiRuntime* g_runtime;
+extern int g_ranks_per_node;  // from --rpn=G; 0 = nodes from MPI_COMM_TYPE_SHARED
+inline Topology test_topology() { return g_runtime->topology(g_ranks_per_node); }
+}  // namespace sb::testing
