@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 
+#include "harness/common/check.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -60,13 +61,13 @@ class Fsdp final : public Strategy {
       const int u = unit_of_tensor_[ctx_.model.modules[m].tensors.front()];
       unit_of_module_.push_back(u);
       Unit& U = units_[u];
-      if (U.first_fwd < 0) U.first_fwd = m, fwd_order_.push_back(u);
+      if (U.first_fwd < 0) U.first_fwd = m;
       U.last_fwd = m;
-      U.last_bwd = m;  // the lowest module index runs last in backward
+      if (U.last_bwd < 0) U.last_bwd = m;  // the lowest module index runs last in backward
     }
     for (int m = M - 1; m >= 0; --m) {
       Unit& U = units_[unit_of_module_[m]];
-      if (U.first_bwd < 0) U.first_bwd = m, bwd_order_.push_back(unit_of_module_[m]);
+      if (U.first_bwd < 0) U.first_bwd = m;
     }
     root_ = unit_of_module_[0];
   }
@@ -74,7 +75,7 @@ class Fsdp final : public Strategy {
   void on_pre_forward(int m) override {
     const int u = unit_of_module_[m];
     gather(u);
-    if (ctx_.options.forward_prefetch && m == units_[u].first_fwd) gather(next_of(fwd_order_, u));
+    if (ctx_.options.forward_prefetch && m == units_[u].first_fwd) gather(next_unit(m, +1));
     wait_gathered(u);
   }
 
@@ -87,7 +88,7 @@ class Fsdp final : public Strategy {
     const int u = unit_of_module_[m];
     gather(u);
     if (m == units_[u].first_bwd && ctx_.options.backward_prefetch == BackwardPrefetch::kPre)
-      gather(next_of(bwd_order_, u));  // BACKWARD_PRE: before this unit's gradient computation
+      gather(next_unit(m, -1));  // BACKWARD_PRE: before this unit's gradient computation
     wait_gathered(u);
   }
 
@@ -96,7 +97,7 @@ class Fsdp final : public Strategy {
     Unit& U = units_[u];
     if (m != U.last_bwd) return;
     if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
-      gather(next_of(bwd_order_, u));  // BACKWARD_POST: after it, before its reduce-scatter
+      gather(next_unit(m, -1));  // BACKWARD_POST: after it, before its reduce-scatter
     const GroupKind g = desc_.shard_group;
     // after this reduce-scatter each rank holds its shard of the unit's grads, summed over the
     // shard group
@@ -118,6 +119,7 @@ class Fsdp final : public Strategy {
 
   void optimizer_step(int step) override {
     const float scale = 1.0f / float(world());
+    for (Unit& U : units_) SB_CHECK(U.full.empty(), "a unit is still gathered at the step");
     for (Unit& U : units_)
       U.optim->step(U.shard.data(), U.grad_shard.data(), U.grad_shard.dtype(), scale, step);
   }
@@ -177,9 +179,12 @@ class Fsdp final : public Strategy {
     return units;
   }
 
-  int next_of(const std::vector<int>& order, int u) const {
-    for (size_t i = 0; i + 1 < order.size(); ++i)
-      if (order[i] == u) return order[i + 1];
+  // The unit of the first module after m (step +1: forward, -1: backward) that belongs to
+  // another unit; -1 when none runs later in this pass (nothing to prefetch past the end).
+  int next_unit(int m, int step) const {
+    const int u = unit_of_module_[m];
+    for (int i = m + step; i >= 0 && i < int(unit_of_module_.size()); i += step)
+      if (unit_of_module_[i] != u) return unit_of_module_[i];
     return -1;
   }
 
@@ -223,7 +228,7 @@ class Fsdp final : public Strategy {
   StrategyDescription desc_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_tensor_ = std::vector<int>(ctx_.model.tensors.size(), -1);
-  std::vector<int> unit_of_module_, fwd_order_, bwd_order_;
+  std::vector<int> unit_of_module_;
   int root_ = 0;
   std::deque<int> inflight_, reducing_;
 };

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   sb::testing::g_runtime = &runtime;
   ::testing::InitGoogleTest(&argc, argv);
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--rpn=", 6) == 0) sb::testing::g_ranks_per_node = std::atoi(argv[i] + 6);
+    if (std::strncmp(argv[i], "--rpn=", 6) == 0)
+      sb::testing::g_ranks_per_node = std::atoi(argv[i] + 6);
   if (runtime.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

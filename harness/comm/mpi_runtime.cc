@@ -1,0 +1,137 @@
+// MPI process lifetime and discovery: MPI_Init_thread at SERIALIZED (all MPI calls of a run
+// come from one thread at a time: the main thread, or a Communicator's comm thread), the
+// MPI_Abort hook behind SB_CHECK, the node map, and small main-thread helpers. No collectives of
+// the workload run here; those go through a Communicator and its backend.
+#include "harness/comm/mpi_runtime.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "harness/common/check.h"
+
+namespace sb {
+namespace {
+void mpi_abort_hook(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  SB_CHECK(!initialized, "MPI initialized twice");
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  set_abort_hook(&mpi_abort_hook);
+  set_log_rank(rank());
+  SB_CHECK(provided >= MPI_THREAD_SERIALIZED,
+           "MPI provides thread level " << provided << "; the comm thread needs SERIALIZED");
+  // Errors on the communicators we use abort the job with MPI's message (the default too).
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+  set_abort_hook(nullptr);
+}
+
+int MpiRuntime::world_size() const {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int MpiRuntime::rank() const {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+Topology MpiRuntime::topology(int ranks_per_node) const {
+  const int n = world_size(), me = rank();
+  SB_CHECK(ranks_per_node >= 0, "--ranks-per-node must be >= 0, got " << ranks_per_node);
+  if (ranks_per_node > 0) return Topology::virtual_nodes(n, me, ranks_per_node);
+  MPI_Comm shm;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shm);
+  int leader = me;
+  // after this all-reduce every rank of a shared-memory node knows the node's lowest world rank
+  MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shm);
+  MPI_Comm_free(&shm);
+  std::vector<int> leaders(n);
+  // after this all-gather every rank knows the node leader of every rank
+  MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> ids = leaders;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<int> node_of(n);
+  for (int r = 0; r < n; ++r)
+    node_of[r] = int(std::lower_bound(ids.begin(), ids.end(), leaders[r]) - ids.begin());
+  return Topology(n, me, std::move(node_of));
+}
+
+std::string MpiRuntime::library_version() const {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, size_t(std::max(len, 0)));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
+double MpiRuntime::max_over_ranks(double v) const {
+  // after this all-reduce every rank holds the maximum
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return v;
+}
+
+double MpiRuntime::sum_over_ranks(double v) const {
+  // after this all-reduce every rank holds the sum
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return v;
+}
+
+uint64_t MpiRuntime::max_over_ranks_u64(uint64_t v) const {
+  // after this all-reduce every rank holds the maximum
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  return v;
+}
+
+uint64_t MpiRuntime::sum_over_ranks_u64(uint64_t v) const {
+  // after this all-reduce every rank holds the sum
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return v;
+}
+
+std::vector<double> MpiRuntime::gather_to_root(double v) const {
+  const bool root = rank() == 0;
+  std::vector<double> all(root ? size_t(world_size()) : 0);
+  // after this gather rank 0 holds every rank's value, in rank order
+  MPI_Gather(&v, 1, MPI_DOUBLE, root ? all.data() : nullptr, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return all;
+}
+
+void MpiRuntime::barrier() const {
+  // after this barrier every rank has reached the same point
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void MpiRuntime::broadcast_string(std::string& s, int root) const {
+  uint64_t len = s.size();
+  // after these broadcasts every rank holds root's string
+  MPI_Bcast(&len, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);
+  s.resize(size_t(len));
+  for (uint64_t off = 0; off < len;) {
+    const int piece = int(std::min<uint64_t>(len - off, uint64_t(1) << 30));
+    MPI_Bcast(s.data() + off, piece, MPI_CHAR, root, MPI_COMM_WORLD);
+    off += uint64_t(piece);
+  }
+}
+
+void MpiRuntime::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();
+}
+
+}  // namespace sb

@@ -1,0 +1,122 @@
+// Memory: the tracker's model-state bytes per rank (params + grads + optimizer at rest) equal
+// the ZeRO paper's §5 forms exactly, with K = 8 (fp32 Adam m, v) or 12 (bf16-mixed: fp32 master
+// + m + v); peak ordering on `small`; the wrap-policy pitfall; and one strategy's failure
+// (the per-rank memory limit) stays that strategy's.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "strategies/buckets.h"
+#include "tests/mpi/run_fixture.h"
+
+namespace sb::testing {
+namespace {
+
+uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+struct State { uint64_t params, grads, optimizer; };
+
+State expected_state(const std::string& s, const RunConfig& cfg, const Topology& topo) {
+  const ModelLayout l = make_layout(cfg.model);
+  const uint64_t N = topo.world_size(), G = topo.ranks_per_node();
+  const bool fp32 = cfg.options.precision == Precision::kFp32;
+  const uint64_t bp = fp32 ? 4 : 2, bg = bp, K = fp32 ? 8 : 12;
+  const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
+  if (s == "ddp") return {bp * psi, bg * psi, K * psi};  // (b_p + b_g + K)Ψ
+  if (s == "zero1") return {bp * psi_n, bg * psi_n, K * psi_n / N};
+  if (s == "zero2") return {bp * psi_n, bg * psi_n / N, K * psi_n / N};
+  if (s == "zero3") {
+    uint64_t pad = 0;
+    for (const auto& t : l.tensors) pad += round_up(t.numel, N);
+    return {bp * pad / N, bg * pad / N, K * pad / N};
+  }
+  const uint64_t S = s.find("hybrid") != std::string::npos ? G : N;
+  std::map<int, uint64_t> unit;
+  for (const auto& t : l.tensors)
+    unit[(t.segment == 0 || t.segment == cfg.model.n_layer + 1) ? 0 : t.segment] += t.numel;
+  uint64_t pad = 0;
+  for (auto& [u, n] : unit) pad += round_up(n, S);
+  return {bp * pad / S, bg * pad / S, K * pad / S};  // (b_p + b_g + K)Ψ/S
+}
+
+class ModelState : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
+
+TEST_P(ModelState, EqualsZeroPaperForm) {
+  const auto& [s, p] = GetParam();
+  const RunConfig cfg = tiny_config(p, 1);
+  const StrategyRun r = run(s, cfg, false);
+  ASSERT_EQ(r.status, "ok") << r.error;
+  const State e = expected_state(s, cfg, run_env().topo);
+  EXPECT_EQ(r.model_state_params, e.params);
+  EXPECT_EQ(r.model_state_grads, e.grads);
+  EXPECT_EQ(r.model_state_optimizer, e.optimizer);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStrategies, ModelState,
+                         ::testing::Combine(::testing::ValuesIn(strategy_names()),
+                                            ::testing::Values(Precision::kFp32, Precision::kBf16Mixed)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) == Precision::kFp32 ? "_fp32" : "_bf16");
+                         });
+
+TEST(Peak, OrdersDdpZero1Zero2Zero3OnSmall) {
+  if (run_env().topo.world_size() < 4) GTEST_SKIP() << "the ordering needs sharding over >= 4 ranks";
+  RunConfig cfg = tiny_config(Precision::kFp32, 1);
+  cfg.model = parse_model("small");
+  cfg.batch_per_rank = 1;
+  cfg.options.bucket_mb = 1;  // ZeRO-2's in-flight buckets, not the whole grad, at any moment
+  cfg.options.overlap = false;  // buffers are freed at fixed points, so the peak is repeatable
+  std::vector<uint64_t> peaks;
+  for (const char* s : {"ddp", "zero1", "zero2", "zero3"}) {
+    const StrategyRun r = run(s, cfg, false);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    peaks.push_back(r.peak_bytes);
+  }
+  EXPECT_GT(peaks[0], peaks[1]);
+  EXPECT_GT(peaks[1], peaks[2]);
+  EXPECT_GT(peaks[2], peaks[3]);
+}
+
+TEST(Peak, WrapModelHoldsTheWholeModelWrapBlockAboutOneBlock) {
+  if (run_env().topo.world_size() < 2) GTEST_SKIP() << "needs sharding";
+  RunConfig cfg = tiny_config(Precision::kFp32, 1);
+  cfg.model = parse_model("6,32,4,16,64");  // enough blocks that one is much less than all
+  const ModelLayout l = make_layout(cfg.model);
+  const uint64_t N = run_env().topo.world_size();
+  cfg.options.wrap = "model";
+  const StrategyRun whole = run("fsdp_full_shard", cfg, false);
+  cfg.options.wrap = "block";
+  const StrategyRun block = run("fsdp_full_shard", cfg, false);
+  ASSERT_EQ(whole.status, "ok");
+  ASSERT_EQ(block.status, "ok");
+  const uint64_t gathered_whole = whole.breakdown_at_peak[int(MemCategory::kGatheredParams)];
+  const uint64_t gathered_block = block.breakdown_at_peak[int(MemCategory::kGatheredParams)];
+  EXPECT_EQ(gathered_whole, 4 * round_up(l.num_params(), N)) << "the unsharded model, whole";
+  // root (embeddings + head) + the block being computed + at most one prefetched block
+  const uint64_t C = cfg.model.n_embd, blockp = 12 * C * C + 13 * C;
+  const uint64_t root = l.num_params() - cfg.model.n_layer * blockp;
+  EXPECT_LE(gathered_block, 4 * (round_up(root, N) + 2 * round_up(blockp, N)));
+  EXPECT_LT(gathered_block, gathered_whole);
+}
+
+TEST(Failure, MemoryLimitFailsOneStrategyNotTheNext) {
+  RunConfig cfg = tiny_config(Precision::kFp32, 1);
+  const uint64_t N = run_env().topo.world_size();
+  if (N < 2) GTEST_SKIP() << "at one rank every strategy holds the same state";
+  // A limit between ZeRO-3's peak and DDP's (16 bytes per parameter of model state).
+  const StrategyRun z3_free = run("zero3", cfg, false);
+  const StrategyRun ddp_free = run("ddp", cfg, false);
+  ASSERT_EQ(z3_free.status, "ok");
+  ASSERT_GT(ddp_free.peak_bytes, z3_free.peak_bytes);
+  // The tracker's peak is of the steady state; setup allocates no more than a step holds.
+  cfg.mem_limit_gb = double(z3_free.peak_bytes + ddp_free.peak_bytes) / 2 / double(1ull << 30);
+  const StrategyRun ddp = run("ddp", cfg, false);
+  const StrategyRun z3 = run("zero3", cfg, false);
+  EXPECT_EQ(ddp.status, "oom");
+  EXPECT_NE(ddp.error.find("out of memory"), std::string::npos) << ddp.error;
+  EXPECT_EQ(z3.status, "ok") << z3.error;
+}
+
+}  // namespace
+}  // namespace sb::testing
