@@ -1,0 +1,337 @@
+// The host kernels. Matmuls (linear layers, attention scores and values, their backward) go to
+// cblas_sgemm with rows = B*T so BLAS sees big matrices; the rest are single passes written so
+// that -O3 -march=native vectorises them (lane-split reductions, a branch-free exp). No
+// threading here: one rank is one core.
+#include "harness/device/cpu_device.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "harness/common/check.h"
+#include "harness/common/dtype.h"
+
+namespace sb {
+namespace {
+
+constexpr float kLnEps = 1e-5f;  // GPT-2 / PyTorch LayerNorm default
+
+// expf for the softmaxes and GELU: Cephes' range reduction + degree-6 polynomial (~1 ulp).
+// glibc's expf is a call, which stops the loops around it from vectorising; so does std::floor
+// under the default -fmath-errno, hence rounding by adding and subtracting 1.5 * 2^23.
+inline float fast_exp(float x) {
+  x = std::clamp(x, -87.0f, 88.0f);
+  constexpr float kRound = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;  // nearest integer
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // ln2 split in two for accuracy
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((int32_t(n) + 127) << 23);
+}
+
+// tanh(u) = 1 - 2 / (e^{2u} + 1): saturates cleanly at ±1 because fast_exp clamps.
+inline float fast_tanh(float u) { return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f); }
+
+// Sum / max of f(0..n-1) in 16 independent lanes: without -ffast-math the compiler may not
+// reorder a float reduction, but it does vectorise these fixed-width inner loops.
+constexpr int kLanes = 16;
+template <class F>
+inline float lane_sum(int n, F f) {
+  float acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  float s = 0.0f;
+  for (; i < n; ++i) s += f(i);
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+inline float lane_max(int n, const float* x) {
+  float acc[kLanes];
+  std::fill(acc, acc + kLanes, -INFINITY);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] = std::max(acc[j], x[i + j]);
+  float m = -INFINITY;
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  for (int j = 0; j < kLanes; ++j) m = std::max(m, acc[j]);
+  return m;
+}
+
+// In place: row[0..n) = softmax(row[0..n)), row[n..T) = 0 (the causal mask).
+inline void masked_softmax_row(float* row, int n, int T) {
+  const float mx = lane_max(n, row);
+  for (int j = 0; j < n; ++j) row[j] = fast_exp(row[j] - mx);
+  const float inv = 1.0f / lane_sum(n, [&](int j) { return row[j]; });
+  for (int j = 0; j < n; ++j) row[j] *= inv;
+  std::fill(row + n, row + T, 0.0f);
+}
+
+inline void sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                  const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+              n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice() {
+  // Ranks are the parallelism; BLAS threads would oversubscribe the cores. Respect an explicit
+  // setting other than 1 (someone measuring threaded BLAS on purpose).
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (env == nullptr || std::atoi(env) == 1) openblas_set_num_threads(1);
+}
+
+void CpuDevice::copy_to_device(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuDevice::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+void CpuDevice::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+
+void CpuDevice::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                     int ldc) {
+  sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void CpuDevice::linear_forward(float* out, const float* x, const float* w, const float* b,
+                               int rows, int in, int out_features) {
+  // Seed out with the bias and let sgemm accumulate (beta = 1): one pass instead of two.
+  if (b != nullptr) {
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(out + size_t(r) * out_features, b, sizeof(float) * out_features);
+  }
+  sgemm(false, true, rows, out_features, in, 1.0f, x, in, w, in, b != nullptr ? 1.0f : 0.0f,
+        out, out_features);
+}
+
+void CpuDevice::linear_backward(float* dx, float* dw, float* db, const float* dout,
+                                const float* x, const float* w, int rows, int in,
+                                int out_features) {
+  if (dx != nullptr)  // dx = dout W
+    sgemm(false, false, rows, in, out_features, 1.0f, dout, out_features, w, in, 0.0f, dx, in);
+  // dW += dout^T x
+  sgemm(true, false, out_features, in, rows, 1.0f, dout, out_features, x, in, 1.0f, dw, in);
+  if (db != nullptr) {
+    for (int r = 0; r < rows; ++r) {
+      const float* g = dout + size_t(r) * out_features;
+      for (int o = 0; o < out_features; ++o) db[o] += g[o];
+    }
+  }
+}
+
+void CpuDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* x,
+                                  const float* w, const float* b, int rows, int C) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + size_t(r) * C;
+    float* o = out + size_t(r) * C;
+    // Two passes (mean, then centred variance): no cancellation when |mean| >> std.
+    const float m = lane_sum(C, [&](int i) { return xr[i]; }) / float(C);
+    const float var = lane_sum(C, [&](int i) { return (xr[i] - m) * (xr[i] - m); }) / float(C);
+    const float s = 1.0f / std::sqrt(var + kLnEps);
+    for (int i = 0; i < C; ++i) o[i] = (xr[i] - m) * s * w[i] + b[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void CpuDevice::layernorm_backward(float* dx, float* dw, float* db, const float* dout,
+                                   const float* x, const float* w, const float* mean,
+                                   const float* rstd, int rows, int C) {
+  // llm.c's layernorm_backward: dx = rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)).
+  for (int r = 0; r < rows; ++r) {
+    const float* g = dout + size_t(r) * C;
+    const float* xr = x + size_t(r) * C;
+    float* dxr = dx + size_t(r) * C;
+    const float m = mean[r], s = rstd[r];
+    const float mean_g = lane_sum(C, [&](int i) { return w[i] * g[i]; }) / float(C);
+    const float mean_gx =
+        lane_sum(C, [&](int i) { return w[i] * g[i] * (xr[i] - m) * s; }) / float(C);
+    // Two loops, not one: with three outputs the alias checks exceed what GCC versions for.
+    for (int i = 0; i < C; ++i) {
+      db[i] += g[i];
+      dw[i] += (xr[i] - m) * s * g[i];
+    }
+    for (int i = 0; i < C; ++i) dxr[i] += s * (w[i] * g[i] - mean_g - (xr[i] - m) * s * mean_gx);
+  }
+}
+
+namespace {
+constexpr float kGeluS = 0.7978845608028654f;  // sqrt(2/pi), GPT-2's tanh approximation
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+void CpuDevice::gelu_forward(float* out, const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.0f + fast_tanh(kGeluS * (v + kGeluA * v * v * v)));
+  }
+}
+
+void CpuDevice::gelu_backward(float* dx, const float* x, const float* dout, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float th = fast_tanh(kGeluS * (v + kGeluA * v * v * v));
+    const float sech2 = 1.0f - th * th;
+    const float grad =
+        0.5f * (1.0f + th) + 0.5f * v * sech2 * kGeluS * (1.0f + 3.0f * kGeluA * v * v);
+    dx[i] = grad * dout[i];
+  }
+}
+
+void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                  int NH) {
+  // Per (batch, head): scores = Q K^T / sqrt(hs) straight into att, causal softmax in place,
+  // then out_h = att V. Q, K, V are strided views of qkv (ld 3C), out_h of out (ld C), so
+  // nothing is transposed or copied.
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + size_t(b) * T * C3 + size_t(h) * hs;
+      float* a = att + (size_t(b) * NH + h) * T * T;
+      sgemm(false, true, T, T, hs, scale, q, C3, q + C, C3, 0.0f, a, T);
+      for (int t = 0; t < T; ++t) masked_softmax_row(a + size_t(t) * T, t + 1, T);
+      sgemm(false, false, T, hs, T, 1.0f, a, T, q + 2 * C, C3, 0.0f,
+            out + size_t(b) * T * C + size_t(h) * hs, C);
+    }
+  }
+}
+
+void CpuDevice::attention_backward(float* dqkv, float* datt, const float* dout,
+                                   const float* qkv, const float* att, int B, int T, int C,
+                                   int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t off = size_t(b) * T * C3 + size_t(h) * hs;
+      const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
+      float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+      const float* g = dout + size_t(b) * T * C + size_t(h) * hs;
+      const float* a = att + (size_t(b) * NH + h) * T * T;
+      float* d = datt + (size_t(b) * NH + h) * T * T;
+      sgemm(false, true, T, T, hs, 1.0f, g, C, v, C3, 0.0f, d, T);  // datt = dout_h V^T
+      sgemm(true, false, T, hs, T, 1.0f, a, T, g, C, 0.0f, dv, C3);  // dV = att^T dout_h
+      // Softmax backward in place: dscore = att * (datt - <att, datt>); masked entries are 0
+      // because att is 0 there, so the full-width rows stay exact.
+      for (int t = 0; t < T; ++t) {
+        const float* ar = a + size_t(t) * T;
+        float* dr = d + size_t(t) * T;
+        const int n = t + 1;
+        const float dot = lane_sum(n, [&](int j) { return ar[j] * dr[j]; });
+        for (int j = 0; j < n; ++j) dr[j] = ar[j] * (dr[j] - dot);
+        std::fill(dr + n, dr + T, 0.0f);
+      }
+      sgemm(false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);  // dQ = dS K / sqrt(hs)
+      sgemm(true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);   // dK = dS^T Q / sqrt(hs)
+    }
+  }
+}
+
+void CpuDevice::embedding_forward(float* out, const int* tokens, const float* wte,
+                                  const float* wpe, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const int tok = tokens[b * T + t];
+      const float* e = wte + size_t(tok) * C;
+      const float* p = wpe + size_t(t) * C;
+      float* o = out + (size_t(b) * T + t) * C;
+      for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
+    }
+  }
+}
+
+void CpuDevice::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                   const int* tokens, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* g = dout + (size_t(b) * T + t) * C;
+      float* de = dwte + size_t(tokens[b * T + t]) * C;
+      float* dp = dwpe + size_t(t) * C;
+      for (int i = 0; i < C; ++i) {
+        de[i] += g[i];
+        dp[i] += g[i];
+      }
+    }
+  }
+}
+
+float CpuDevice::softmax_crossentropy_forward(float* probs, const float* logits,
+                                              const int* targets, int rows, int V) {
+  double total = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const float* x = logits + size_t(r) * V;
+    float* p = probs + size_t(r) * V;
+    const int y = targets[r];
+    SB_CHECK(y >= 0 && y < V, "target " << y << " of row " << r << " outside vocab " << V);
+    const float mx = lane_max(V, x);
+    for (int j = 0; j < V; ++j) p[j] = fast_exp(x[j] - mx);
+    const float sum = lane_sum(V, [&](int j) { return p[j]; });
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < V; ++j) p[j] *= inv;
+    // -log p_y from the logits (log-sum-exp): finite even when p_y underflows.
+    total += double(std::log(sum)) + double(mx) - double(x[y]);
+  }
+  return float(total / rows);
+}
+
+void CpuDevice::crossentropy_backward(float* dlogits, const float* probs, const int* targets,
+                                      int rows, int V, float scale) {
+  for (int r = 0; r < rows; ++r) {
+    const float* p = probs + size_t(r) * V;
+    float* d = dlogits + size_t(r) * V;
+    for (int j = 0; j < V; ++j) d[j] = p[j] * scale;
+    d[targets[r]] -= scale;
+  }
+}
+
+void CpuDevice::add_inplace(float* y, const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuDevice::scale_inplace(float* y, float s, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+void CpuDevice::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale) {
+  SB_CHECK(step >= 1, "AdamW step counts from 1, got " << step);
+  // Bias correction (Kingma & Ba 2015, Alg. 1); decay decoupled from the gradient
+  // (Loshchilov & Hutter 2019), written as llm.c's adamw_update does.
+  const float c1 = 1.0f - std::pow(beta1, float(step));
+  const float c2 = 1.0f - std::pow(beta2, float(step));
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * ((mi / c1) / (std::sqrt(vi / c2) + eps) + weight_decay * p[i]);
+  }
+}
+
+void CpuDevice::bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = sb::bf16_to_f32(src[i]);
+}
+
+void CpuDevice::f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = sb::f32_to_bf16(src[i]);
+}
+
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+}  // namespace sb

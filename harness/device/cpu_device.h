@@ -1,0 +1,54 @@
+// CpuDevice: the Device kernels on the host, every matmul through OpenBLAS cblas_sgemm (one
+// BLAS thread per rank: ranks are the parallelism) and the rest as tight loops that -O3
+// vectorises. It holds no state beyond the BLAS thread setting; memory is plain host memory.
+#pragma once
+
+#include "harness/device/device.h"
+
+namespace sb {
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice();
+  std::string name() const override { return "cpu-openblas"; }
+  bool is_host() const override { return true; }
+  RawAllocator allocator() override { return host_allocator(); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            int lda, const float* b, int ldb, float beta, float* c, int ldc) override;
+  void linear_forward(float* out, const float* x, const float* w, const float* b, int rows,
+                      int in, int out_features) override;
+  void linear_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                       const float* w, int rows, int in, int out_features) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                         const float* b, int rows, int C) override;
+  void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                          const float* w, const float* mean, const float* rstd, int rows,
+                          int C) override;
+  void gelu_forward(float* out, const float* x, size_t n) override;
+  void gelu_backward(float* dx, const float* x, const float* dout, size_t n) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override;
+  void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,
+                          int T, int C) override;
+  float softmax_crossentropy_forward(float* probs, const float* logits, const int* targets,
+                                     int rows, int V) override;
+  void crossentropy_backward(float* dlogits, const float* probs, const int* targets, int rows,
+                             int V, float scale) override;
+  void add_inplace(float* y, const float* x, size_t n) override;
+  void scale_inplace(float* y, float s, size_t n) override;
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int step, float grad_scale) override;
+  void bf16_to_f32(float* dst, const uint16_t* src, size_t n) override;
+  void f32_to_bf16(uint16_t* dst, const float* src, size_t n) override;
+};
+
+}  // namespace sb

@@ -1,0 +1,262 @@
+// GptModel's forward and backward, read top to bottom as llm.c's train_gpt2.c, with every leaf
+// module bracketed by the hooks so a strategy can gather/free/reduce around it. Owns the
+// activations and the backward scratch; never owns, shards or updates parameters.
+#include "harness/model/gpt.h"
+
+#include "harness/common/check.h"
+
+namespace sb {
+namespace {
+
+GptConfig validated(const GptConfig& c) {
+  validate(c);  // throws std::invalid_argument naming --model
+  return c;
+}
+
+// A leaf module's tensors as the hooks hand them out (weight first, bias second, in
+// make_layout's order), valid only inside run_module's body.
+class Module {
+ public:
+  Module(ModelHooks& hooks, const std::vector<int>& tensors) : hooks_(hooks), tensors_(tensors) {}
+  const float* param(int i) { return hooks_.param(tensors_[i]); }
+  float* grad(int i) { return hooks_.grad(tensors_[i]); }
+
+ private:
+  ModelHooks& hooks_;
+  const std::vector<int>& tensors_;
+};
+
+// pre hook, body, post hook. Plain calls rather than an RAII guard: post hooks may throw
+// (OutOfMemory from a strategy's buffers) and must reach the caller, not std::terminate.
+template <class Body>
+void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backward, Body&& body) {
+  backward ? hooks.pre_backward(m) : hooks.pre_forward(m);
+  Module mod(hooks, layout.modules[m].tensors);
+  body(mod);
+  backward ? hooks.post_backward(m) : hooks.post_forward(m);
+}
+
+}  // namespace
+
+// Forward activations kept for backward: llm.c's ActivationTensors less `preatt` (both devices
+// softmax the scores in place) and `losses` (the loss is reduced on the device).
+// Backward scratch is one layer deep, not llm.c's full per-layer copy: each layer's activation
+// gradients are dead once the layer below has consumed them, so d* buffers are reused.
+struct GptModel::Acts {
+  TrackedBuffer<int> tokens, targets;
+  TrackedBuffer<float> encoded;                            // [B,T,C]
+  TrackedBuffer<float> ln1, ln1_mean, ln1_rstd;            // [L,B,T,C], [L,B,T] x2
+  TrackedBuffer<float> qkv;                                // [L,B,T,3C]
+  TrackedBuffer<float> atty;                               // [L,B,T,C]
+  TrackedBuffer<float> att;                                // [L,B,NH,T,T] probabilities
+  TrackedBuffer<float> attproj, residual2;                 // [L,B,T,C]
+  TrackedBuffer<float> ln2, ln2_mean, ln2_rstd;            // [L,B,T,C], [L,B,T] x2
+  TrackedBuffer<float> fch, fch_gelu;                      // [L,B,T,4C]
+  TrackedBuffer<float> fcproj, residual3;                  // [L,B,T,C]
+  TrackedBuffer<float> lnf, lnf_mean, lnf_rstd;            // [B,T,C], [B,T] x2
+  TrackedBuffer<float> logits, probs;                      // [B,T,V]; logits become dlogits
+  TrackedBuffer<float> dresidual, dbtc;                    // [B,T,C]
+  TrackedBuffer<float> dqkv;                               // [B,T,3C]
+  TrackedBuffer<float> datt;                               // [B,NH,T,T]
+  TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
+  bool have_forward = false;
+
+  // Layer l's slices of the per-layer buffers.
+  struct Layer {
+    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual2, *ln2,
+        *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
+  };
+  Layer layer(int l, size_t BT, size_t C, size_t NH, size_t T) {
+    const size_t btc = BT * C;
+    Layer y;
+    y.residual = l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc;
+    y.ln1 = ln1.data() + l * btc;
+    y.ln1_mean = ln1_mean.data() + l * BT;
+    y.ln1_rstd = ln1_rstd.data() + l * BT;
+    y.qkv = qkv.data() + l * 3 * btc;
+    y.atty = atty.data() + l * btc;
+    y.att = att.data() + l * BT * NH * T;
+    y.attproj = attproj.data() + l * btc;
+    y.residual2 = residual2.data() + l * btc;
+    y.ln2 = ln2.data() + l * btc;
+    y.ln2_mean = ln2_mean.data() + l * BT;
+    y.ln2_rstd = ln2_rstd.data() + l * BT;
+    y.fch = fch.data() + l * 4 * btc;
+    y.fch_gelu = fch_gelu.data() + l * 4 * btc;
+    y.fcproj = fcproj.data() + l * btc;
+    y.residual3 = residual3.data() + l * btc;
+    return y;
+  }
+};
+
+GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory)
+    : config_(validated(config)), layout_(make_layout(config_)), batch_(batch), device_(device),
+      memory_(memory), acts_(std::make_unique<Acts>()) {
+  SB_CHECK(batch > 0, "batch per rank must be positive, got " << batch);
+  const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
+               NH = config_.n_head, V = config_.vocab, BT = B * T;
+  auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
+  Acts& a = *acts_;
+  a.tokens = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
+  a.targets = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
+  a.encoded = f(BT * C);
+  a.ln1 = f(L * BT * C);
+  a.ln1_mean = f(L * BT);
+  a.ln1_rstd = f(L * BT);
+  a.qkv = f(L * BT * 3 * C);
+  a.atty = f(L * BT * C);
+  a.att = f(L * B * NH * T * T);
+  a.attproj = f(L * BT * C);
+  a.residual2 = f(L * BT * C);
+  a.ln2 = f(L * BT * C);
+  a.ln2_mean = f(L * BT);
+  a.ln2_rstd = f(L * BT);
+  a.fch = f(L * BT * 4 * C);
+  a.fch_gelu = f(L * BT * 4 * C);
+  a.fcproj = f(L * BT * C);
+  a.residual3 = f(L * BT * C);
+  a.lnf = f(BT * C);
+  a.lnf_mean = f(BT);
+  a.lnf_rstd = f(BT);
+  a.logits = f(BT * V);
+  a.probs = f(BT * V);
+  // Activation gradients (kActivations, as the tracker defines it): live only during backward.
+  a.dresidual = f(BT * C);
+  a.dbtc = f(BT * C);
+  a.dqkv = f(BT * 3 * C);
+  a.datt = f(B * NH * T * T);
+  a.dfch_gelu = f(BT * 4 * C);
+  a.dfch = f(BT * 4 * C);
+}
+
+GptModel::~GptModel() = default;
+
+float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks) {
+  SB_CHECK(tokens != nullptr && targets != nullptr, "forward needs tokens and targets");
+  Acts& a = *acts_;
+  Device& d = device_;
+  const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
+            NH = config_.n_head, V = config_.vocab, BT = B * T;
+  const size_t btc = size_t(BT) * C;
+  d.copy_to_device(a.tokens.data(), tokens, a.tokens.bytes());
+  d.copy_to_device(a.targets.data(), targets, a.targets.bytes());
+
+  // Module indices follow make_layout: 0 embedding, 1+6l.. block l, 1+6L ln_f, 2+6L lm_head.
+  run_module(hooks, layout_, 0, false, [&](Module& m) {
+    d.embedding_forward(a.encoded.data(), a.tokens.data(), m.param(0), m.param(1), B, T, C);
+  });
+  for (int l = 0; l < L; ++l) {
+    const int m0 = 1 + 6 * l;
+    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    run_module(hooks, layout_, m0, false, [&](Module& m) {
+      d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
+                          BT, C);
+    });
+    run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
+      d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
+    });
+    d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
+      d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
+    });
+    d.copy(y.residual2, y.residual, btc * sizeof(float));
+    d.add_inplace(y.residual2, y.attproj, btc);
+    run_module(hooks, layout_, m0 + 3, false, [&](Module& m) {
+      d.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.residual2, m.param(0), m.param(1),
+                          BT, C);
+    });
+    run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
+      d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C);
+    });
+    d.gelu_forward(y.fch_gelu, y.fch, 4 * btc);
+    run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
+      d.linear_forward(y.fcproj, y.fch_gelu, m.param(0), m.param(1), BT, 4 * C, C);
+    });
+    d.copy(y.residual3, y.residual2, btc * sizeof(float));
+    d.add_inplace(y.residual3, y.fcproj, btc);
+  }
+  const float* last = a.layer(L - 1, BT, C, NH, T).residual3;
+  run_module(hooks, layout_, 1 + 6 * L, false, [&](Module& m) {
+    d.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, m.param(0),
+                        m.param(1), BT, C);
+  });
+  run_module(hooks, layout_, 2 + 6 * L, false, [&](Module& m) {
+    d.linear_forward(a.logits.data(), a.lnf.data(), m.param(0), nullptr, BT, C, V);
+  });
+  a.have_forward = true;
+  return d.softmax_crossentropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), BT,
+                                        V);
+}
+
+void GptModel::backward(ModelHooks& hooks) {
+  Acts& a = *acts_;
+  SB_CHECK(a.have_forward, "backward without a forward since the last backward");
+  a.have_forward = false;  // dlogits overwrite the logits
+  Device& d = device_;
+  const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
+            NH = config_.n_head, V = config_.vocab, BT = B * T;
+  const size_t btc = size_t(BT) * C;
+  float* dres = a.dresidual.data();  // d loss / d residual stream, accumulated down the layers
+  float* dln = a.dbtc.data();        // d of a LayerNorm output (or of atty), consumed at once
+
+  // loss = mean over BT tokens, so d loss / d logits = (probs - onehot) / BT.
+  float* dlogits = a.logits.data();
+  d.crossentropy_backward(dlogits, a.probs.data(), a.targets.data(), BT, V, 1.0f / float(BT));
+  run_module(hooks, layout_, 2 + 6 * L, true, [&](Module& m) {
+    d.linear_backward(dln, m.grad(0), nullptr, dlogits, a.lnf.data(), m.param(0), BT, C, V);
+  });
+  d.fill_zero(dres, btc * sizeof(float));
+  run_module(hooks, layout_, 1 + 6 * L, true, [&](Module& m) {
+    d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C, NH, T).residual3,
+                         m.param(0), a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
+  });
+  for (int l = L - 1; l >= 0; --l) {
+    const int m0 = 1 + 6 * l;
+    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    // residual3 = residual2 + fcproj: dres is the gradient of both terms.
+    run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {
+      d.linear_backward(a.dfch_gelu.data(), m.grad(0), m.grad(1), dres, y.fch_gelu, m.param(0),
+                        BT, 4 * C, C);
+    });
+    d.gelu_backward(a.dfch.data(), y.fch, a.dfch_gelu.data(), 4 * btc);
+    run_module(hooks, layout_, m0 + 4, true, [&](Module& m) {
+      d.linear_backward(dln, m.grad(0), m.grad(1), a.dfch.data(), y.ln2, m.param(0), BT, C,
+                        4 * C);
+    });
+    run_module(hooks, layout_, m0 + 3, true, [&](Module& m) {  // dres += LN2 path: now d residual2
+      d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, y.residual2, m.param(0), y.ln2_mean,
+                           y.ln2_rstd, BT, C);
+    });
+    // residual2 = residual + attproj: same split.
+    run_module(hooks, layout_, m0 + 2, true, [&](Module& m) {
+      d.linear_backward(dln, m.grad(0), m.grad(1), dres, y.atty, m.param(0), BT, C, C);
+    });
+    d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
+    run_module(hooks, layout_, m0 + 1, true, [&](Module& m) {
+      d.linear_backward(dln, m.grad(0), m.grad(1), a.dqkv.data(), y.ln1, m.param(0), BT, C,
+                        3 * C);
+    });
+    run_module(hooks, layout_, m0, true, [&](Module& m) {  // dres += LN1 path: now d residual
+      d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, y.residual, m.param(0), y.ln1_mean,
+                           y.ln1_rstd, BT, C);
+    });
+  }
+  run_module(hooks, layout_, 0, true, [&](Module& m) {
+    d.embedding_backward(m.grad(0), m.grad(1), dres, a.tokens.data(), B, T, C);
+  });
+}
+
+double flops_per_step(const GptConfig& c, uint64_t tokens) {
+  const double C = c.n_embd, L = c.n_layer, T = c.seq_len, V = c.vocab;
+  const double n_matmul = L * 12.0 * C * C + V * C;  // qkv 3C², proj C², fc 4C², fcproj 4C²
+  return 6.0 * n_matmul * double(tokens) + 12.0 * L * C * T * double(tokens);
+}
+
+const char* flop_formula() {
+  return "6*N_matmul*tokens + 12*L*C*T*tokens, N_matmul = 12*L*C^2 + V*C (per block qkv 3C^2, "
+         "proj C^2, fc 4C^2, fcproj 4C^2, plus the LM head V*C even when tied; biases, "
+         "LayerNorms and wpe excluded; attention counted over the full TxT, not the causal "
+         "half; PaLM appendix B)";
+}
+
+}  // namespace sb
