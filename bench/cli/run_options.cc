@@ -84,6 +84,9 @@ RunConfig to_run_config(const RunArgs& a) {
   c.model.tied_head = !a.untied_head;
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
   require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
+  if (a.np > 0 && a.ranks_per_node > 0 && a.np % a.ranks_per_node != 0)
+    throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size (--np {})",
+                                 a.ranks_per_node, a.np));
   require(a.batch >= 1 && a.batch <= 65536, "--batch", a.batch, "1..65536");
   require(a.steps >= 1 && a.steps <= 1000000, "--steps", a.steps, "1..1000000");
   require(a.warmup >= 0 && a.warmup <= 1000000, "--warmup", a.warmup, "0..1000000");

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+# End-to-end tests of the `shardbench` command as a user runs it: the standalone --np launch,
+# schema validation of a real run's output, the atomic write under SIGKILL, the exporters'
+# output shape, and one-line usage errors with exit code 2. Usage: test_cli.py BUILD_DIR
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+SB = os.path.join(BUILD, "shardbench")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
+
+
+def sb(*args, timeout=300):
+    return subprocess.run([SB, *args], env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def validate(path):
+    return subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "results", "validate.py"), path],
+                          capture_output=True, text=True)
+
+
+class RunTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="sbcli")
+        cls.out = os.path.join(cls.tmp, "run.json")
+        # Standalone launch: no mpirun on the command line; shardbench starts the MPI job.
+        cls.proc = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny",
+                      "--strategies", "all", "--steps", "2", "--warmup", "1", "--out", cls.out)
+
+    def test_standalone_np_launch_runs_every_strategy(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
+        doc = load(self.out)
+        self.assertEqual(doc["config"]["world_size"], 4)
+        self.assertEqual(doc["config"]["num_nodes"], 2)
+        self.assertEqual([r["status"] for r in doc["results"]], ["ok"] * 8)
+        self.assertIn("fsdp_hybrid_shard", self.proc.stdout)  # the table
+
+    def test_output_validates_against_schema(self):
+        v = validate(self.out)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+    def test_strategies_agree_on_the_parameters(self):
+        doc = load(self.out)
+        sums = [r["param_checksum"] for r in doc["results"]]
+        for s in sums:
+            self.assertAlmostEqual(s, sums[0], delta=1e-5 * abs(sums[0]))
+
+    def test_export_bencher_shape(self):
+        p = sb("export", "--format", "bencher", self.out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        bmf = json.loads(p.stdout)
+        self.assertEqual(len(bmf), 8)
+        for bench, measures in bmf.items():
+            self.assertIn("tiny/w4/fp32/", bench)
+            for m in ("step_time_s", "tokens_per_s", "peak_bytes_per_rank", "sent_bytes_inter"):
+                self.assertIsInstance(measures[m]["value"], (int, float))
+
+    def test_export_github_action_benchmark_shape(self):
+        out = os.path.join(self.tmp, "gab.json")
+        p = sb("export", "--format", "github-action-benchmark", self.out, "--out", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        gab = load(out)
+        for key in ("customSmallerIsBetter", "customBiggerIsBetter"):
+            self.assertGreater(len(gab[key]), 0)
+            for e in gab[key]:
+                self.assertEqual(set(e), {"name", "unit", "value"})
+        names = [e["name"] for e in gab["customBiggerIsBetter"]]
+        self.assertTrue(any(n.endswith("tokens_per_s") for n in names))
+
+
+class AtomicWriteTest(unittest.TestCase):
+    def test_killed_run_leaves_a_complete_file_or_none(self):
+        tmp = tempfile.mkdtemp(prefix="sbkill")
+        out = os.path.join(tmp, "r.json")
+        p = subprocess.Popen([SB, "run", "--np", "2", "--model", "tiny", "--strategies", "all",
+                              "--steps", "400", "--warmup", "0", "--out", out, "--quiet"],
+                             env=ENV, start_new_session=True)
+        deadline = time.time() + 120
+        while not os.path.exists(out) and time.time() < deadline:
+            time.sleep(0.05)
+        os.killpg(p.pid, signal.SIGKILL)  # mid-run, possibly mid-write
+        p.wait()
+        self.assertTrue(os.path.exists(out), "the first strategy's results should be on disk")
+        doc = load(out)  # a complete JSON document, never a torn one
+        self.assertGreaterEqual(len(doc["results"]), 1)
+        self.assertEqual(validate(out).returncode, 0)
+
+
+class UsageErrorTest(unittest.TestCase):
+    CASES = [
+        (["--model", "huge"], "--model"),
+        (["--model", "2,30,4,16,64"], "heads"),
+        (["--strategies", "zero4"], "--strategies"),
+        (["--precision", "fp16"], "--precision"),
+        (["--wrap", "every-0"], "--wrap"),
+        (["--overlap", "maybe"], "--overlap"),
+        (["--collectives", "tree"], "--collectives"),
+        (["--batch", "0"], "--batch"),
+        (["--steps", "-1"], "--steps"),
+        (["--backward-prefetch", "later"], "--backward-prefetch"),
+        (["--device", "tpu"], "--device"),
+        (["--np", "3", "--ranks-per-node", "2"], "--ranks-per-node"),
+        (["--bogus-flag"], "bogus"),
+    ]
+
+    def test_bad_input_is_one_clear_line_and_exit_2(self):
+        for args, needle in self.CASES:
+            with self.subTest(args=args):
+                out = os.path.join(tempfile.mkdtemp(), "never.json")
+                p = sb("run", "--model", "tiny", *args, "--out", out) if args[0] != "--model" else \
+                    sb("run", *args, "--out", out)
+                self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                self.assertIn(needle, p.stderr)
+                self.assertFalse(os.path.exists(out), "nothing may be written on a usage error")
+
+    def test_export_rejects_foreign_and_corrupt_files(self):
+        d = tempfile.mkdtemp()
+        bad = os.path.join(d, "bad.json")
+        for content in ("{not json", '{"suite": "other", "results": []}', "[1, 2]"):
+            with open(bad, "w") as f:
+                f.write(content)
+            p = sb("export", "--format", "bencher", bad)
+            self.assertEqual(p.returncode, 2, content)
+            self.assertIn("export:", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
