@@ -17,6 +17,14 @@
 #include "harness/model/gpt.h"
 #include "harness/run/report.h"
 
+#ifdef SB_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "harness/comm/cuda/nccl_backend.h"
+#include "harness/device/cuda/cuda_device.h"
+#include "harness/device/cuda/cuda_peak.h"
+#endif
+
 namespace sb {
 namespace {
 
@@ -95,7 +103,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
   if (a.np > 0 && !inside_mpi_job()) return launch_mpirun(a, argc, argv);
 
-  const double probe = a.peak_gflops > 0 ? 0 : measure_sgemm_gflops();
+  const double probe = a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops();
   MpiRuntime mpi(&argc, &argv);
   if (a.np > 0 && a.np != mpi.world_size())
     throw UsageError(fmt::format("--np {}: this MPI job has {} ranks; drop --np under mpirun",
@@ -107,12 +115,25 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   const bool root = topo.rank() == 0;
 
   std::unique_ptr<Device> device;
+  std::unique_ptr<CommBackend> backend;
   Environment env;
   if (cfg.device == "cuda") {
     std::string why;
     device = make_cuda_device(topo.local_rank(), &why);
     if (!device) throw UsageError("--device cuda: " + why);
+#ifdef SB_HAVE_CUDA
     env.backend = "cuda-nccl";
+    backend = make_nccl_backend(topo, topo.local_rank(), cuda_compute_stream(*device));
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    env.cuda_version = fmt::format("{}.{}", rt / 1000, rt % 1000 / 10);
+    env.nccl_version = nccl_version_string();
+    const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
+    env.peak_flops_per_device =
+        a.peak_gflops > 0 ? a.peak_gflops * 1e9 : cuda_peak_flops(device->name(), bf16);
+    env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
+    env.devices = topo.world_size();
+#endif
   } else {
     device = make_cpu_device();
     env.peak_flops_per_device =
@@ -127,7 +148,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
 
   Ledger ledger;
-  Communicator comm(topo, make_mpi_backend(topo, cfg.collectives), ledger);
+  if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
+  Communicator comm(topo, std::move(backend), ledger);
   const std::vector<std::string> names = parse_strategy_list(a.strategies);
   const int tokens = topo.world_size() * cfg.batch_per_rank * cfg.model.seq_len;
   if (root && !a.quiet)

@@ -1,0 +1,163 @@
+// NcclBackend: one NCCL communicator per group kind (world from an MPI-broadcast unique id,
+// intra/inter split from it), a dedicated communication stream that waits on the compute
+// stream before each collective, and a blocking run() for the Communicator's comm thread.
+// It does not count bytes (NCCL's transfers are not visible): the ledger gets the ring model.
+#include "harness/comm/cuda/nccl_backend.h"
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "harness/comm/ledger.h"
+#include "harness/common/check.h"
+#include "harness/device/cuda/cuda_check.h"
+
+#define SB_NCCL_CHECK(expr)                                                                 \
+  do {                                                                                      \
+    ncclResult_t sb_nccl_r_ = (expr);                                                       \
+    if (sb_nccl_r_ != ncclSuccess) {                                                        \
+      ::sb::fatal(__FILE__, __LINE__,                                                       \
+                  std::string("NCCL error: ") + ncclGetErrorString(sb_nccl_r_) + " in " #expr); \
+    }                                                                                       \
+  } while (0)
+
+namespace sb {
+namespace {
+
+ncclDataType_t nccl_type(DType t) { return t == DType::kF32 ? ncclFloat : ncclBfloat16; }
+
+class NcclBackend final : public CommBackend {
+ public:
+  NcclBackend(const Topology& topo, int device, cudaStream_t compute_stream)
+      : topo_(topo), device_(device), compute_(compute_stream) {
+    SB_CUDA_CHECK(cudaSetDevice(device_));
+    ncclUniqueId id{};
+    if (topo_.rank() == 0) SB_NCCL_CHECK(ncclGetUniqueId(&id));
+    // After this broadcast every rank holds rank 0's id, so all join the same clique.
+    int rc = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    SB_CHECK(rc == MPI_SUCCESS, "MPI_Bcast of the NCCL unique id failed: " << rc);
+    SB_NCCL_CHECK(ncclCommInitRank(&world_, topo_.world_size(), id, topo_.rank()));
+    // Key = world rank, so a sub-communicator's rank equals the index in Group::ranks (which
+    // Topology keeps ascending) and roots/blocks mean the same as on the MPI backends.
+    SB_NCCL_CHECK(ncclCommSplit(world_, topo_.node(), topo_.rank(), &intra_, nullptr));
+    SB_NCCL_CHECK(ncclCommSplit(world_, topo_.local_rank(), topo_.rank(), &inter_, nullptr));
+    check_size(world_, topo_.world());
+    check_size(intra_, topo_.intra());
+    check_size(inter_, topo_.inter());
+    // Non-blocking: must not serialise with the legacy default stream.
+    SB_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+    SB_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    SB_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    SB_CUDA_CHECK(cudaMemset(barrier_buf_, 0, sizeof(float)));
+    SB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  ~NcclBackend() override {
+    // No checks: may run during teardown after an error elsewhere.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(comm_);
+    ncclCommDestroy(inter_);
+    ncclCommDestroy(intra_);
+    ncclCommDestroy(world_);
+    cudaFree(barrier_buf_);
+    cudaEventDestroy(compute_done_);
+    cudaStreamDestroy(comm_);
+  }
+
+  std::string name() const override { return "nccl"; }
+
+  HopBytes run(const CollectiveOp& op, bool* counted) override {
+    SB_CHECK(op.group != nullptr, "collective without a group");
+    // The comm thread is not the thread that selected the device; CUDA's device is per thread.
+    SB_CUDA_CHECK(cudaSetDevice(device_));
+    ncclComm_t comm = comm_for(op.group->kind);
+    const int n = op.group->size();
+    const ncclDataType_t t = nccl_type(op.dtype);
+    // Order after everything already queued on the compute stream (it produced the inputs).
+    // Recorded when the comm thread reaches this op, so it may also wait for later compute:
+    // correct, only more conservative than an event recorded at issue time.
+    SB_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
+    SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, compute_done_, 0));
+    switch (op.kind) {
+      case CollKind::kAllReduce:
+        // After this all-reduce every rank of the group holds the element-wise sum.
+        SB_NCCL_CHECK(ncclAllReduce(op.send, op.recv, op.count, t, ncclSum, comm, comm_));
+        break;
+      case CollKind::kReduceScatter:
+        SB_CHECK(op.count % size_t(n) == 0,
+                 "reduce-scatter of " << op.count << " elements over " << n << " ranks");
+        // After this reduce-scatter each rank holds the summed values of its own block.
+        SB_NCCL_CHECK(
+            ncclReduceScatter(op.send, op.recv, op.count / n, t, ncclSum, comm, comm_));
+        break;
+      case CollKind::kAllGather:
+        SB_CHECK(op.count % size_t(n) == 0,
+                 "all-gather of " << op.count << " elements over " << n << " ranks");
+        // After this all-gather every rank holds all blocks, block i from group rank i.
+        SB_NCCL_CHECK(ncclAllGather(op.send, op.recv, op.count / n, t, comm, comm_));
+        break;
+      case CollKind::kBroadcast:
+        // After this broadcast every rank holds the root's buffer.
+        SB_NCCL_CHECK(
+            ncclBroadcast(op.send, op.recv, op.count, t, op.root_index, comm, comm_));
+        break;
+      case CollKind::kBarrier:
+        // NCCL has no barrier: a one-element all-reduce completes only once every rank of
+        // the group has reached it.
+        SB_NCCL_CHECK(
+            ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat, ncclSum, comm, comm_));
+        break;
+    }
+    SB_CUDA_CHECK(cudaStreamSynchronize(comm_));
+    *counted = false;
+    return ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
+  }
+
+ private:
+  ncclComm_t comm_for(GroupKind g) const {
+    switch (g) {
+      case GroupKind::kIntra: return intra_;
+      case GroupKind::kInter: return inter_;
+      case GroupKind::kWorld: break;
+    }
+    return world_;
+  }
+  static void check_size(ncclComm_t comm, const Group& g) {
+    int count = 0, rank = 0;
+    SB_NCCL_CHECK(ncclCommCount(comm, &count));
+    SB_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+    SB_CHECK(count == g.size() && rank == g.index,
+             group_name(g.kind) << " communicator has " << count << " ranks (me " << rank
+                                << "), topology says " << g.size() << " (me " << g.index
+                                << ")");
+  }
+
+  Topology topo_;  // a copy: ring_model_sent needs the node map for the life of the backend
+  int device_;
+  cudaStream_t compute_;
+  cudaStream_t comm_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  ncclComm_t world_ = nullptr, intra_ = nullptr, inter_ = nullptr;
+  float* barrier_buf_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<CommBackend> make_nccl_backend(const Topology& topo, int local_rank,
+                                               cudaStream_t compute_stream) {
+  int count = 0;
+  SB_CUDA_CHECK(cudaGetDeviceCount(&count));
+  SB_CHECK(count > 0, "NCCL backend without a visible GPU");
+  // The same device make_cuda_device picked for this local rank.
+  return std::make_unique<NcclBackend>(topo, local_rank % count, compute_stream);
+}
+
+std::string nccl_version_string() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+}  // namespace sb

@@ -1,0 +1,677 @@
+// CudaDevice: every matmul through cuBLAS (fp32, TF32 when allowed; bf16 with fp32 accumulate
+// for a later bf16 path) and plain one-thread-per-element / one-warp-per-row kernels for the
+// rest, all on one compute stream. Semantics follow device.h and the CPU device exactly; speed
+// is "good, not tuned" (no fused attention). Reductions over rows are deterministic except the
+// embedding table gradient (atomicAdd, as llm.c), so repeated runs may differ in the last bits.
+#include "harness/device/cuda/cuda_device.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "harness/device/cuda/cuda_check.h"
+
+namespace sb {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+constexpr float kLnEps = 1e-5f;                // GPT-2 / llm.c layernorm epsilon
+constexpr float kGeluScale = 0.7978845608f;    // sqrt(2/pi), tanh approximation of GELU
+
+int grid_for(size_t n) {
+  // Grid-stride loops below, so the grid only needs to fill the GPU, not cover n.
+  return int(std::min<size_t>((n + kThreads - 1) / kThreads, size_t(1) << 16));
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reductions for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float sh[kWarp];
+  __shared__ float total;
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? sh[lane] : 0.f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+__device__ float block_max(float v) {
+  __shared__ float sh[kWarp];
+  __shared__ float total;
+  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_max(v);
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? sh[lane] : -INFINITY;
+    s = warp_max(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+__global__ void add_bias_kernel(float* out, const float* b, size_t rows, int cols) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += size_t(gridDim.x) * blockDim.x)
+    out[i] += b[i % cols];
+}
+__global__ void add_kernel(float* y, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+__global__ void scale_kernel(float* y, float s, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    y[i] *= s;
+}
+__global__ void gelu_forward_kernel(float* out, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float v = x[i];
+    out[i] = 0.5f * v * (1.f + tanhf(kGeluScale * (v + 0.044715f * v * v * v)));
+  }
+}
+__global__ void gelu_backward_kernel(float* dx, const float* x, const float* dout, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float v = x[i];
+    float th = tanhf(kGeluScale * (v + 0.044715f * v * v * v));
+    float sech2 = 1.f - th * th;
+    float local = 0.5f * (1.f + th) +
+                  v * 0.5f * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * v * v);
+    dx[i] = local * dout[i];
+  }
+}
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                             float grad_scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float gi = g[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi / bc1, vhat = vi / bc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+  }
+}
+__global__ void bf16_to_f32_kernel(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = __uint_as_float(uint32_t(src[i]) << 16);
+}
+__global__ void f32_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));  // round to nearest even
+}
+
+// ---- column sums (bias and layernorm weight grads), deterministic in two passes --------------
+// Pass 1: block (32 columns x 8 row lanes) sums one chunk of rows into part[chunk, C].
+// kLn: part_a += dout * xhat (dweight), part_b += dout (dbias); else part_a += dout.
+template <bool kLn>
+__global__ void col_partials_kernel(float* part_a, float* part_b, const float* dout,
+                                    const float* x, const float* mean, const float* rstd,
+                                    int rows, int C, int rows_per_chunk) {
+  __shared__ float sha[8][kWarp + 1], shb[8][kWarp + 1];
+  int c = blockIdx.x * kWarp + threadIdx.x;
+  int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  float sa = 0.f, sb = 0.f;
+  if (c < C) {
+    for (int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+      float d = dout[size_t(r) * C + c];
+      if (kLn) {
+        sa += d * (x[size_t(r) * C + c] - mean[r]) * rstd[r];
+        sb += d;
+      } else {
+        sa += d;
+      }
+    }
+  }
+  sha[threadIdx.y][threadIdx.x] = sa;
+  shb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float ta = 0.f, tb = 0.f;
+    for (int i = 0; i < blockDim.y; ++i) {
+      ta += sha[i][threadIdx.x];
+      tb += shb[i][threadIdx.x];
+    }
+    part_a[size_t(blockIdx.y) * C + c] = ta;
+    if (kLn) part_b[size_t(blockIdx.y) * C + c] = tb;
+  }
+}
+// Pass 2: out[c] += sum over chunks (fixed order).
+__global__ void col_finish_kernel(float* out, const float* part, int chunks, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.f;
+  for (int k = 0; k < chunks; ++k) s += part[size_t(k) * C + c];
+  out[c] += s;
+}
+
+// ---- layernorm: one warp per row ------------------------------------------------------------
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* x,
+                                         const float* w, const float* b, int rows, int C) {
+  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const float* xr = x + size_t(row) * C;
+  float s = 0.f;
+  for (int i = lane; i < C; i += kWarp) s += xr[i];
+  float mu = warp_sum(s) / C;
+  float v = 0.f;
+  for (int i = lane; i < C; i += kWarp) v += (xr[i] - mu) * (xr[i] - mu);
+  float rs = rsqrtf(warp_sum(v) / C + kLnEps);
+  float* orow = out + size_t(row) * C;
+  for (int i = lane; i < C; i += kWarp) orow[i] = (xr[i] - mu) * rs * w[i] + b[i];
+  if (lane == 0) {
+    if (mean) mean[row] = mu;
+    if (rstd) rstd[row] = rs;
+  }
+}
+// dx += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * w.
+__global__ void layernorm_backward_dx_kernel(float* dx, const float* dout, const float* x,
+                                             const float* w, const float* mean,
+                                             const float* rstd, int rows, int C) {
+  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= rows) return;
+  const float* xr = x + size_t(row) * C;
+  const float* dr = dout + size_t(row) * C;
+  float mu = mean[row], rs = rstd[row];
+  float s1 = 0.f, s2 = 0.f;
+  for (int i = lane; i < C; i += kWarp) {
+    float dn = dr[i] * w[i];
+    s1 += dn;
+    s2 += dn * (xr[i] - mu) * rs;
+  }
+  float dn_mean = warp_sum(s1) / C, dn_xhat_mean = warp_sum(s2) / C;
+  float* dxr = dx + size_t(row) * C;
+  for (int i = lane; i < C; i += kWarp) {
+    float xhat = (xr[i] - mu) * rs;
+    dxr[i] += rs * (dr[i] * w[i] - dn_mean - xhat * dn_xhat_mean);
+  }
+}
+
+// ---- attention softmax over the causal row (one warp per row of [B*NH*T, T]) -----------------
+__global__ void causal_softmax_kernel(float* att, int nrows, int T) {
+  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= nrows) return;
+  int t = row % T;
+  float* a = att + size_t(row) * T;
+  float mx = -INFINITY;
+  for (int i = lane; i <= t; i += kWarp) mx = fmaxf(mx, a[i]);
+  mx = warp_max(mx);
+  float s = 0.f;
+  for (int i = lane; i <= t; i += kWarp) {
+    float e = expf(a[i] - mx);
+    a[i] = e;
+    s += e;
+  }
+  float inv = 1.f / warp_sum(s);
+  for (int i = lane; i < T; i += kWarp) a[i] = i <= t ? a[i] * inv : 0.f;  // masked -> 0
+}
+// In place: d[i] = att[i] * (d[i] - sum_j att[j] d[j]) (softmax Jacobian; masked att = 0).
+__global__ void causal_softmax_backward_kernel(float* datt, const float* att, int nrows,
+                                               int T) {
+  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= nrows) return;
+  int t = row % T;
+  const float* a = att + size_t(row) * T;
+  float* d = datt + size_t(row) * T;
+  float s = 0.f;
+  for (int i = lane; i <= t; i += kWarp) s += a[i] * d[i];
+  s = warp_sum(s);
+  for (int i = lane; i < T; i += kWarp) d[i] = i <= t ? a[i] * (d[i] - s) : 0.f;
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+__global__ void embedding_forward_kernel(float* out, const int* tokens, const float* wte,
+                                         const float* wpe, int B, int T, int C) {
+  size_t n = size_t(B) * T * C;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    size_t bt = i / C;
+    int c = int(i % C), t = int(bt % T);
+    out[i] = wte[size_t(tokens[bt]) * C + c] + wpe[size_t(t) * C + c];
+  }
+}
+// Repeated tokens collide, hence atomics (order-dependent rounding, as llm.c's first version).
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout, const int* tokens,
+                                              int B, int T, int C) {
+  size_t n = size_t(B) * T * C;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    size_t bt = i / C;
+    atomicAdd(&dwte[size_t(tokens[bt]) * C + i % C], dout[i]);
+  }
+}
+// Positions never collide within one b, so a fixed-order loop over b is exact and deterministic.
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T,
+                                              int C) {
+  size_t n = size_t(T) * C;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int b = 0; b < B; ++b) s += dout[size_t(b) * T * C + i];
+    dwpe[i] += s;
+  }
+}
+
+// ---- softmax cross-entropy: one block per row ------------------------------------------------
+__global__ void softmax_xent_kernel(float* probs, float* row_loss, const float* logits,
+                                    const int* targets, int V) {
+  size_t row = blockIdx.x;
+  const float* l = logits + row * V;
+  float* p = probs + row * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = block_max(mx);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float e = expf(l[i] - mx);
+    p[i] = e;
+    s += e;
+  }
+  s = block_sum(s);
+  float inv = 1.f / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] *= inv;
+  // -log p[target] as log-sum-exp minus the target logit: no log(0) for tiny probabilities.
+  // A target outside the vocabulary poisons the loss (NaN) instead of reading out of bounds.
+  if (threadIdx.x == 0) {
+    int y = targets[row];
+    row_loss[row] = (y >= 0 && y < V) ? logf(s) + mx - l[y] : NAN;
+  }
+}
+__global__ void mean_kernel(float* out, const float* v, int n) {
+  float s = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += v[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s / n;
+}
+__global__ void xent_backward_kernel(float* dlogits, const float* probs, const int* targets,
+                                     size_t rows, int V, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < rows * V;
+       i += size_t(gridDim.x) * blockDim.x) {
+    size_t r = i / V;
+    int c = int(i % V);
+    dlogits[i] = (probs[i] - (c == targets[r] ? 1.f : 0.f)) * scale;
+  }
+}
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+CudaDevice::CudaDevice(int device_index) : index_(device_index) {
+  SB_CUDA_CHECK(cudaSetDevice(index_));
+  cudaDeviceProp prop{};
+  SB_CUDA_CHECK(cudaGetDeviceProperties(&prop, index_));
+  name_ = "cuda:" + std::to_string(index_) + " " + prop.name;
+  const char* tf32 = std::getenv("SB_CUDA_ALLOW_TF32");
+  allow_tf32_ = tf32 != nullptr && std::string(tf32) == "1";
+  // Non-blocking: the legacy default stream must not serialise compute with NCCL's stream.
+  SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SB_CUBLAS_CHECK(cublasCreate(&cublas_));
+  SB_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+}
+
+CudaDevice::~CudaDevice() {
+  // No checks here: at process exit the driver may already be shutting down.
+  cudaStreamSynchronize(stream_);
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+RawAllocator CudaDevice::allocator() {
+  RawAllocator raw;
+  raw.allocate = [this](size_t bytes) -> void* {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error so the run can report "oom" and go on
+      std::ostringstream os;
+      os << "cudaMalloc(" << bytes << " bytes) on " << name_ << ": out of memory";
+      throw OutOfMemory(os.str());
+    }
+    SB_CUDA_CHECK(e);
+    // Zeroed on the compute stream: ordered before every later kernel, and before collectives
+    // (the NCCL stream waits on the compute stream first).
+    SB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  };
+  raw.release = [](void* p) {
+    if (p != nullptr) SB_CUDA_CHECK(cudaFree(p));
+  };
+  return raw;
+}
+
+void CudaDevice::synchronize() { SB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaDevice::copy_to_device(void* dst, const void* src, size_t bytes) {
+  SB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may be a temporary of the caller
+}
+void CudaDevice::copy_to_host(void* dst, const void* src, size_t bytes) {
+  SB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  SB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) SB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+void CudaDevice::fill_zero(void* dst, size_t bytes) {
+  if (bytes) SB_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+float* CudaDevice::scratch(size_t floats) {
+  if (floats > scratch_floats_) {
+    if (scratch_ != nullptr) SB_CUDA_CHECK(cudaFree(scratch_));  // cudaFree waits for users
+    SB_CUDA_CHECK(cudaMalloc(&scratch_, floats * sizeof(float)));
+    scratch_floats_ = floats;
+  }
+  return scratch_;
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------------
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and m/n.
+void CudaDevice::gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                              const float* a, int lda, long long stride_a, const float* b,
+                              int ldb, long long stride_b, float beta, float* c, int ldc,
+                              long long stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  cublasComputeType_t ct = allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (batch == 1) {
+    SB_CUBLAS_CHECK(cublasGemmEx(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
+                                 CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
+                                 ct, CUBLAS_GEMM_DEFAULT));
+  } else {
+    SB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a,
+        CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, ct,
+        CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+void CudaDevice::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                      const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                      int ldc) {
+  gemm_batched(trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+}
+
+void CudaDevice::gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta,
+                           void* c, DType c_type, int ldc) {
+  if (m == 0 || n == 0) return;
+  cudaDataType_t ctype = c_type == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  SB_CUBLAS_CHECK(cublasGemmEx(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
+                               CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, c, ctype, ldc,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaDevice::linear_forward(float* out, const float* x, const float* w, const float* b,
+                                int rows, int in, int out_features) {
+  gemm(false, true, rows, out_features, in, 1.f, x, in, w, in, 0.f, out, out_features);
+  if (b != nullptr) {
+    size_t n = size_t(rows) * out_features;
+    add_bias_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, b, rows, out_features);
+    SB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+namespace {
+// Chunks of rows for the two-pass column sums: enough blocks to fill the GPU, scratch bounded
+// to about 1M floats per output even for vocabulary-wide columns.
+int column_chunks(int rows, int C) {
+  int by_rows = (rows + 63) / 64;
+  int by_scratch = std::max(1, (1 << 20) / std::max(C, 1));
+  return std::max(1, std::min({by_rows, by_scratch, 65535}));  // gridDim.y limit
+}
+}  // namespace
+
+void CudaDevice::linear_backward(float* dx, float* dw, float* db, const float* dout,
+                                 const float* x, const float* w, int rows, int in,
+                                 int out_features) {
+  // dx = dout W; dW += dout^T x.
+  if (dx != nullptr)
+    gemm(false, false, rows, in, out_features, 1.f, dout, out_features, w, in, 0.f, dx, in);
+  gemm(true, false, out_features, in, rows, 1.f, dout, out_features, x, in, 1.f, dw, in);
+  if (db != nullptr && rows > 0) {
+    int chunks = column_chunks(rows, out_features);
+    int per = (rows + chunks - 1) / chunks;
+    float* part = scratch(size_t(chunks) * out_features);
+    dim3 grid((out_features + kWarp - 1) / kWarp, chunks);
+    col_partials_kernel<false><<<grid, dim3(kWarp, 8), 0, stream_>>>(
+        part, nullptr, dout, nullptr, nullptr, nullptr, rows, out_features, per);
+    SB_CUDA_CHECK_LAUNCH();
+    col_finish_kernel<<<(out_features + kThreads - 1) / kThreads, kThreads, 0, stream_>>>(
+        db, part, chunks, out_features);
+    SB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* x,
+                                   const float* w, const float* b, int rows, int C) {
+  if (rows == 0) return;
+  int rows_per_block = kThreads / kWarp;
+  layernorm_forward_kernel<<<(rows + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                             stream_>>>(out, mean, rstd, x, w, b, rows, C);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::layernorm_backward(float* dx, float* dw, float* db, const float* dout,
+                                    const float* x, const float* w, const float* mean,
+                                    const float* rstd, int rows, int C) {
+  if (rows == 0) return;
+  int rows_per_block = kThreads / kWarp;
+  layernorm_backward_dx_kernel<<<(rows + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                                 stream_>>>(dx, dout, x, w, mean, rstd, rows, C);
+  SB_CUDA_CHECK_LAUNCH();
+  int chunks = column_chunks(rows, C);
+  int per = (rows + chunks - 1) / chunks;
+  float* part = scratch(2 * size_t(chunks) * C);
+  float* part_b = part + size_t(chunks) * C;
+  dim3 grid((C + kWarp - 1) / kWarp, chunks);
+  col_partials_kernel<true><<<grid, dim3(kWarp, 8), 0, stream_>>>(part, part_b, dout, x, mean,
+                                                                  rstd, rows, C, per);
+  SB_CUDA_CHECK_LAUNCH();
+  int g = (C + kThreads - 1) / kThreads;
+  col_finish_kernel<<<g, kThreads, 0, stream_>>>(dw, part, chunks, C);
+  col_finish_kernel<<<g, kThreads, 0, stream_>>>(db, part_b, chunks, C);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::gelu_forward(float* out, const float* x, size_t n) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, x, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+void CudaDevice::gelu_backward(float* dx, const float* x, const float* dout, size_t n) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dx, x, dout, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+// Per batch element, one strided-batched GEMM over heads: head h of q/k/v is the column block
+// [h*hs, (h+1)*hs) of a [T, 3C] row-major matrix, so the batch stride is hs.
+void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T,
+                                   int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.f / std::sqrt(float(hs));
+  const long long TT = (long long)T * T;
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + size_t(b) * T * C3;
+    // att[h] = scale * Q_h K_h^T   [T, T]
+    gemm_batched(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.f,
+                 att + size_t(b) * NH * TT, T, TT, NH);
+  }
+  int nrows = B * NH * T, rows_per_block = kThreads / kWarp;
+  causal_softmax_kernel<<<(nrows + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                          stream_>>>(att, nrows, T);
+  SB_CUDA_CHECK_LAUNCH();
+  for (int b = 0; b < B; ++b) {
+    const float* v = qkv + size_t(b) * T * C3 + 2 * C;
+    // out_h = att[h] V_h   [T, hs], written into columns [h*hs, (h+1)*hs) of out [T, C]
+    gemm_batched(false, false, T, hs, T, 1.f, att + size_t(b) * NH * TT, T, TT, v, C3, hs, 0.f,
+                 out + size_t(b) * T * C, C, hs, NH);
+  }
+}
+
+void CudaDevice::attention_backward(float* dqkv, float* datt, const float* dout,
+                                    const float* qkv, const float* att, int B, int T, int C,
+                                    int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.f / std::sqrt(float(hs));
+  const long long TT = (long long)T * T;
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + size_t(b) * T * C3;
+    const float* a = att + size_t(b) * NH * TT;
+    const float* d = dout + size_t(b) * T * C;
+    float* dq = dqkv + size_t(b) * T * C3;
+    // datt[h] = dout_h V_h^T;  dV_h = att[h]^T dout_h (=)
+    gemm_batched(false, true, T, T, hs, 1.f, d, C, hs, q + 2 * C, C3, hs, 0.f,
+                 datt + size_t(b) * NH * TT, T, TT, NH);
+    gemm_batched(true, false, T, hs, T, 1.f, a, T, TT, d, C, hs, 0.f, dq + 2 * C, C3, hs, NH);
+  }
+  int nrows = B * NH * T, rows_per_block = kThreads / kWarp;
+  causal_softmax_backward_kernel<<<(nrows + rows_per_block - 1) / rows_per_block, kThreads, 0,
+                                   stream_>>>(datt, att, nrows, T);
+  SB_CUDA_CHECK_LAUNCH();
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + size_t(b) * T * C3;
+    const float* dp = datt + size_t(b) * NH * TT;
+    float* dq = dqkv + size_t(b) * T * C3;
+    // dQ_h = scale * dpre[h] K_h;  dK_h = scale * dpre[h]^T Q_h (=)
+    gemm_batched(false, false, T, hs, T, scale, dp, T, TT, q + C, C3, hs, 0.f, dq, C3, hs, NH);
+    gemm_batched(true, false, T, hs, T, scale, dp, T, TT, q, C3, hs, 0.f, dq + C, C3, hs, NH);
+  }
+}
+
+void CudaDevice::embedding_forward(float* out, const int* tokens, const float* wte,
+                                   const float* wpe, int B, int T, int C) {
+  size_t n = size_t(B) * T * C;
+  if (n == 0) return;
+  embedding_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, tokens, wte, wpe, B, T,
+                                                                  C);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int* tokens, int B, int T, int C) {
+  size_t n = size_t(B) * T * C;
+  if (n == 0) return;
+  if (dwte != nullptr) {
+    embedding_backward_wte_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dwte, dout, tokens, B,
+                                                                         T, C);
+    SB_CUDA_CHECK_LAUNCH();
+  }
+  if (dwpe != nullptr) {
+    size_t m = size_t(T) * C;
+    embedding_backward_wpe_kernel<<<grid_for(m), kThreads, 0, stream_>>>(dwpe, dout, B, T, C);
+    SB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+float CudaDevice::softmax_crossentropy_forward(float* probs, const float* logits,
+                                               const int* targets, int rows, int V) {
+  if (rows == 0) return 0.f;
+  float* row_loss = scratch(size_t(rows) + 1);
+  softmax_xent_kernel<<<rows, 1024, 0, stream_>>>(probs, row_loss, logits, targets, V);
+  SB_CUDA_CHECK_LAUNCH();
+  mean_kernel<<<1, 1024, 0, stream_>>>(row_loss + rows, row_loss, rows);
+  SB_CUDA_CHECK_LAUNCH();
+  float loss = 0.f;
+  copy_to_host(&loss, row_loss + rows, sizeof(float));
+  return loss;
+}
+
+void CudaDevice::crossentropy_backward(float* dlogits, const float* probs, const int* targets,
+                                       int rows, int V, float scale) {
+  size_t n = size_t(rows) * V;
+  if (n == 0) return;
+  xent_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dlogits, probs, targets, rows, V,
+                                                              scale);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::add_inplace(float* y, const float* x, size_t n) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+void CudaDevice::scale_inplace(float* y, float s, size_t n) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, s, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::adamw(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int step,
+                       float grad_scale) {
+  SB_CHECK(step >= 1, "AdamW step counts from 1, got " << step);
+  if (n == 0) return;
+  // Bias corrections on the host, once per call (Kingma & Ba 2015, Algorithm 1).
+  float bc1 = 1.f - std::pow(beta1, float(step)), bc2 = 1.f - std::pow(beta2, float(step));
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream_>>>(p, g, m, v, n, lr, beta1, beta2, eps,
+                                                      weight_decay, bc1, bc2, grad_scale);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::bf16_to_f32(float* dst, const uint16_t* src, size_t n) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+void CudaDevice::f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, n);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+cudaStream_t cuda_compute_stream(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  return cuda != nullptr ? cuda->stream() : nullptr;
+}
+
+std::unique_ptr<Device> make_cuda_device(int local_rank, std::string* why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device visible";
+    return nullptr;
+  }
+  // One GPU per local rank; with one visible GPU per rank (srun --gpus-per-task) index 0.
+  return std::make_unique<CudaDevice>(local_rank % count);
+}
+
+}  // namespace sb

@@ -1,0 +1,100 @@
+// The CUDA Device: cuBLAS GEMMs and simple, correct kernels on one compute stream, with the
+// same semantics as the CPU device (row-major, = / += as documented in device.h). It owns the
+// stream, the cuBLAS handle and small scratch; it never communicates (the NCCL backend only
+// borrows stream() to order collectives after compute).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "harness/common/dtype.h"
+#include "harness/device/device.h"
+
+namespace sb {
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int device_index);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  int device_index() const { return index_; }
+  cudaStream_t stream() const { return stream_; }
+  // fp32 GEMMs may run on TF32 tensor cores (PyTorch's allow_tf32). Default: the environment
+  // variable SB_CUDA_ALLOW_TF32=1, else off, so fp32 runs match the CPU device closely.
+  void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
+  bool allow_tf32() const { return allow_tf32_; }
+
+  // For a later bf16 compute path: C = alpha op(A) op(B) + beta C with bf16 A, B, fp32
+  // accumulation, and C stored as fp32 or bf16 (c_type). Row-major, as gemm().
+  void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                 const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, void* c,
+                 DType c_type, int ldc);
+
+  std::string name() const override { return name_; }
+  bool is_host() const override { return false; }
+  RawAllocator allocator() override;
+  void synchronize() override;
+  void copy_to_device(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            int lda, const float* b, int ldb, float beta, float* c, int ldc) override;
+  void linear_forward(float* out, const float* x, const float* w, const float* b, int rows,
+                      int in, int out_features) override;
+  void linear_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                       const float* w, int rows, int in, int out_features) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                         const float* b, int rows, int C) override;
+  void layernorm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                          const float* w, const float* mean, const float* rstd, int rows,
+                          int C) override;
+  void gelu_forward(float* out, const float* x, size_t n) override;
+  void gelu_backward(float* dx, const float* x, const float* dout, size_t n) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override;
+  void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                          int B, int T, int C) override;
+  float softmax_crossentropy_forward(float* probs, const float* logits, const int* targets,
+                                     int rows, int V) override;
+  void crossentropy_backward(float* dlogits, const float* probs, const int* targets, int rows,
+                             int V, float scale) override;
+  void add_inplace(float* y, const float* x, size_t n) override;
+  void scale_inplace(float* y, float s, size_t n) override;
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int step, float grad_scale) override;
+  void bf16_to_f32(float* dst, const uint16_t* src, size_t n) override;
+  void f32_to_bf16(uint16_t* dst, const float* src, size_t n) override;
+
+ private:
+  // Row-major strided-batched GEMM over cuBLAS (column-major): C^T = op(B)^T op(A)^T.
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* a, int lda, long long stride_a, const float* b, int ldb,
+                    long long stride_b, float beta, float* c, int ldc, long long stride_c,
+                    int batch);
+  float* scratch(size_t floats);  // grows; untracked, at most a few MB
+
+  int index_ = 0;
+  std::string name_;
+  bool allow_tf32_ = false;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  float* scratch_ = nullptr;
+  size_t scratch_floats_ = 0;
+};
+
+// The compute stream of a CUDA device (the NCCL backend orders collectives after it); the
+// legacy default stream (null) for any other device.
+cudaStream_t cuda_compute_stream(Device& device);
+
+}  // namespace sb

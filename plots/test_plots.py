@@ -1,0 +1,369 @@
+#!/usr/bin/python3
+# Tests the Python side of shardbench: results/schema.json + validate.py, plots/plot_results.py
+# and plots/compare.py, on synthetic results files from make_results() (no C++ build needed).
+# Runs with `python3 plots/test_plots.py` (unittest); keep it under 30 s.
+import contextlib
+import copy
+import importlib.util
+import io
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "results"))
+import validate as sbv  # noqa: E402
+
+sbv.ensure_system_python(["jsonschema", "matplotlib", "numpy"])
+PY = sys.executable
+VALIDATE = ROOT / "results" / "validate.py"
+PLOT = ROOT / "plots" / "plot_results.py"
+COMPARE = ROOT / "plots" / "compare.py"
+
+ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
+                  "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
+EXPECTED_PNGS = ["throughput.png", "memory.png", "comm_bytes.png", "collectives.png",
+                 "size_histogram.png", "throughput_vs_memory.png", "step_time.png", "loss.png"]
+
+
+def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, seq_len=128,
+                 batch_per_rank=4, steps=8, warmup=2, precision="fp32", seed=1,
+                 step_scale=1.0, failed=None, strategies=ALL_STRATEGIES):
+    """A valid kind-"run" results dict for `strategies`, numbers shaped by DESIGN.md §2.
+
+    failed: {strategy: "oom" | "error"} marks those strategies as failed.
+    step_scale multiplies every step time (and divides throughput)."""
+    failed = failed or {}
+    rng = random.Random(seed)
+    n, g = world, ranks_per_node
+    m = n // g
+    psi = 12 * n_layer * n_embd * n_embd + vocab * n_embd + seq_len * n_embd + 2 * n_embd
+    psi_pad = -(-psi // n) * n
+    root = vocab * n_embd + seq_len * n_embd + 2 * n_embd
+    bp, bg, k = (4, 4, 8) if precision == "fp32" else (2, 2, 12)
+    tokens = batch_per_rank * seq_len * n
+    flops = 6 * psi * tokens
+    act = batch_per_rank * seq_len * n_embd * 4 * 16 * n_layer
+    ring = (n - 1) / n
+
+    def shape(name):
+        # (shards, group, granularity, state bytes (p, g, o), sent bytes per rank, kinds)
+        if name == "ddp":
+            return ([], "none", "bucket", (bp * psi, bg * psi, k * psi), 2 * ring * psi * bg,
+                    [("all_reduce", "world", 4, psi * bg)])
+        if name in ("zero1", "zero2"):
+            shards = ["optimizer"] + (["grads"] if name == "zero2" else [])
+            gr = bg * psi if name == "zero1" else bg * psi / n
+            kinds = [("reduce_scatter", "world", 1 if name == "zero1" else 4, psi * bg),
+                     ("all_gather", "world", 1, psi * bp)]
+            return (shards, "world", "flat" if name == "zero1" else "bucket",
+                    (bp * psi, gr, k * psi / n), ring * psi * (bg + bp), kinds)
+        if name == "zero3":
+            leaves = 4 * n_layer + 3
+            return (["params", "grads", "optimizer"], "world", "tensor",
+                    (bp * psi / n, bg * psi / n, k * psi / n), ring * psi * (2 * bp + bg),
+                    [("all_gather", "world", 2 * leaves, 2 * psi * bp),
+                     ("reduce_scatter", "world", leaves, psi * bg)])
+        if name == "fsdp_full_shard":
+            return (["params", "grads", "optimizer"], "world", "unit",
+                    (bp * psi / n, bg * psi / n, k * psi / n),
+                    ring * ((2 * psi - root) * bp + psi * bg),
+                    [("all_gather", "world", 2 * n_layer + 1, (2 * psi - root) * bp),
+                     ("reduce_scatter", "world", n_layer + 1, psi * bg)])
+        if name == "fsdp_shard_grad_op":
+            return (["grads", "optimizer"], "world", "unit",
+                    (bp * psi / n, bg * psi / n, k * psi / n), ring * psi * (bg + bp),
+                    [("all_gather", "world", n_layer + 1, psi * bp),
+                     ("reduce_scatter", "world", n_layer + 1, psi * bg)])
+        z2 = name.endswith("zero2")
+        intra = (g - 1) / g * psi * ((1 if z2 else 2) * bp + bg)
+        inter = 2 * (m - 1) / m * (psi / g) * bg
+        return ((["grads", "optimizer"] if z2 else ["params", "grads", "optimizer"]), "intra",
+                "unit", (bp * psi / g, bg * psi / g, k * psi / g), (intra, inter),
+                [("all_gather", "intra", (1 if z2 else 2) * n_layer + 1, psi * bp),
+                 ("reduce_scatter", "intra", n_layer + 1, psi * bg),
+                 ("all_reduce", "inter", n_layer + 1, psi * bg / g)])
+
+    results = []
+    for name in strategies:
+        if name in failed:
+            kind = failed[name]
+            msg = ("out of memory: tracker limit 1.00 GiB exceeded allocating 96.0 MiB "
+                   "(gathered_params)" if kind == "oom"
+                   else "rank 2: MPI_ERR_TRUNCATE in all_gather")
+            results.append({"strategy": name, "status": kind, "error": msg})
+            continue
+        shards, group, gran, state, sent, kinds = shape(name)
+        if isinstance(sent, tuple):
+            intra_r, inter_r = sent
+        else:  # ring over world in rank order: m of the n hops cross a node boundary
+            intra_r, inter_r = sent * (n - m) / n, sent * m / n
+        gathered = 0 if "params" not in shards else 2 * psi_pad / (n_layer + 1) * bp
+        if name in ("fsdp_shard_grad_op", "fsdp_hybrid_shard_zero2"):
+            gathered = psi * bp
+        comm_buf = 25 * 2**20 if name in ("ddp", "zero2", "zero3") else 4 * 2**20
+        breakdown = {"params": int(state[0]), "gathered_params": int(gathered),
+                     "grads": int(state[1]), "optimizer": int(state[2]),
+                     "activations": int(act), "comm_buffers": comm_buf,
+                     "workspace": int(3 * 2**20)}
+        peak = sum(breakdown.values())
+        comm_s = (intra_r / 5e9 + inter_r / 1e9)
+        exposed = comm_s * (0.3 if name != "zero3" else 0.6)
+        base = (flops / n / 50e9 + exposed) * step_scale
+        samples = [base * (1 + rng.gauss(0, 0.01)) for _ in range(steps - warmup)]
+        srt = sorted(samples)
+        med = srt[len(srt) // 2]
+        p95 = srt[min(len(srt) - 1, math.ceil(0.95 * len(srt)) - 1)]
+        by_kind, hist = [], {}
+        for kname, grp, cnt, payload in kinds:
+            t = payload / 4e9
+            by_kind.append({"kind": kname, "group": grp, "count": cnt, "bytes": int(payload),
+                            "time_s": t, "busbw_gbps": payload / t / 1e9 * ring})
+            size = payload / cnt
+            b = 1 << max(10, math.ceil(math.log2(max(size, 1))))
+            hist[b] = hist.get(b, 0) + cnt
+        loss0 = math.log(vocab)
+        results.append({
+            "strategy": name, "status": "ok", "padded_params": psi_pad,
+            "description": {"shards": shards, "shard_group": group, "granularity": gran},
+            "step_time_s": {"median": med, "p95": p95, "min": srt[0], "max": srt[-1],
+                            "samples": samples},
+            "throughput": {"tokens_per_s": tokens / med, "samples_per_s": tokens / seq_len / med,
+                           "tflops": flops / med / 1e12,
+                           "mfu": flops / med / (n * 100e9), "flop_formula": "6*N*tokens",
+                           "peak_flops": n * 100e9},
+            "memory": {"peak_bytes_per_rank": peak,
+                       "model_state_bytes_per_rank": {"params": int(state[0]),
+                                                      "grads": int(state[1]),
+                                                      "optimizer": int(state[2])},
+                       "breakdown_at_peak": breakdown, "rss_hwm_bytes": int(peak * 1.3)},
+            "comm": {"per_step": {"payload_bytes": int(sum(x[3] for x in kinds)),
+                                  "sent_bytes_intra": int(intra_r * n),
+                                  "sent_bytes_inter": int(inter_r * n),
+                                  "sent_bytes_max_rank": int(intra_r + inter_r),
+                                  "collectives": sum(x[2] for x in kinds)},
+                     "by_kind": by_kind,
+                     "size_histogram": [{"bucket_bytes_le": b, "count": c}
+                                        for b, c in sorted(hist.items())],
+                     "exposed_s": exposed * step_scale},
+            "loss": [loss0 * (0.97 ** s) + 1e-6 * (s % 3) for s in range(steps)],
+            "param_checksum": 1234.5678,
+        })
+    return {
+        "schema_version": 1, "suite": "shardbench", "kind": "run",
+        "created_utc": "2025-01-02T03:04:05Z", "git_commit": "0123abcd", "host": "testhost",
+        "backend": "cpu-mpi", "traffic_accounting": "counted",
+        "versions": {"mpi": "Open MPI 4.1.4", "blas": "OpenBLAS 0.3.21", "compiler": "GCC 12.2"},
+        "config": {
+            "model": {"name": "small", "n_layer": n_layer, "n_embd": n_embd, "n_head": 4,
+                      "seq_len": seq_len, "vocab": vocab, "tied_head": True},
+            "params": psi, "world_size": n, "ranks_per_node": g, "num_nodes": m,
+            "batch_per_rank": batch_per_rank, "seq_len": seq_len, "precision": precision,
+            "wrap": "block", "steps": steps, "warmup": warmup, "bucket_mb": 25.0,
+            "backward_prefetch": "pre", "forward_prefetch": False, "limit_all_gathers": True,
+            "overlap": True, "collectives": "ring", "prefetch_elements": 50_000_000,
+            "persist_elements": 100_000, "mem_limit_gb": 0, "seed": 1234, "lr": 3e-4,
+            "device": "cpu"},
+        "results": results,
+    }
+
+
+_modules = {}
+
+
+def run(script, *args, subprocess_=False):
+    """(exit status, stdout + stderr) of `script args`: in this process by default (fast),
+    or as a real `python3 script` process when the process boundary itself is under test."""
+    argv = [str(a) for a in args]
+    if subprocess_:
+        p = subprocess.run([PY, str(script), *argv], capture_output=True, text=True, timeout=120)
+        return p.returncode, p.stdout + p.stderr
+    if script not in _modules:
+        spec = importlib.util.spec_from_file_location(f"sb_{script.stem}", script)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _modules[script] = mod
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            rc = _modules[script].main(argv)
+        except SystemExit as e:  # argparse
+            rc = e.code if isinstance(e.code, int) else 1
+    return rc, out.getvalue()
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="sb_test_plots_")
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def write(self, name, doc):
+        p = self.dir / name
+        p.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        return p
+
+
+class SchemaTest(Base):
+    def test_valid_file_passes(self):
+        doc = make_results(failed={"zero3": "oom"})
+        self.assertEqual(sbv.schema_errors(doc), [])
+        self.assertEqual(sbv.consistency_errors(doc), [])
+        rc, out = run(VALIDATE, self.write("ok.json", doc))
+        self.assertEqual(rc, 0, out)
+
+    def test_cuda_run_needs_cuda_versions(self):
+        doc = make_results()
+        doc["backend"] = "cuda-nccl"
+        self.assertTrue(any("'cuda' is a required property" in e for e in sbv.schema_errors(doc)))
+
+    def test_missing_keys_fail_with_path(self):
+        cases = [
+            (lambda d: d.pop("git_commit"), "$: 'git_commit' is a required property"),
+            (lambda d: d["config"]["model"].pop("n_head"), "$.config.model: 'n_head'"),
+            (lambda d: d["results"][3]["memory"].pop("breakdown_at_peak"),
+             "$.results[3].memory (strategy zero3): 'breakdown_at_peak'"),
+            (lambda d: d["results"][1]["comm"]["per_step"].pop("sent_bytes_inter"),
+             "$.results[1].comm.per_step (strategy zero1): 'sent_bytes_inter'"),
+            (lambda d: d["results"][0].pop("loss"), "'loss' is a required property"),
+            (lambda d: d["results"][2].pop("error") if d["results"][2]["status"] != "ok"
+             else d["results"][2].update(status="oom"), "'error' is a required property"),
+        ]
+        for mutate, expected in cases:
+            doc = make_results()
+            mutate(doc)
+            errs = sbv.schema_errors(doc)
+            self.assertTrue(any(expected in e for e in errs), (expected, errs))
+        doc = make_results()
+        doc["results"][4]["memory"].pop("peak_bytes_per_rank")
+        rc, out = run(VALIDATE, self.write("bad.json", doc))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("$.results[4].memory (strategy fsdp_full_shard): 'peak_bytes_per_rank'", out)
+
+    def test_wrong_types_fail(self):
+        doc = make_results()
+        doc["results"][0]["memory"]["peak_bytes_per_rank"] = "12 MiB"
+        doc["config"]["precision"] = "fp16"
+        doc["results"][5]["step_time_s"]["samples"] = []
+        errs = "\n".join(sbv.schema_errors(doc))
+        self.assertIn("$.results[0].memory.peak_bytes_per_rank (strategy ddp)", errs)
+        self.assertIn("$.config.precision", errs)
+        self.assertIn("$.results[5].step_time_s.samples", errs)
+
+    def test_failed_strategy_needs_only_status_and_error(self):
+        doc = make_results(failed={"zero3": "oom", "ddp": "error"})
+        self.assertEqual(sbv.schema_errors(doc), [])
+
+    def test_consistency(self):
+        doc = make_results()
+        doc["config"]["num_nodes"] = 3
+        doc["results"][1]["strategy"] = "ddp"
+        errs = "\n".join(sbv.consistency_errors(doc))
+        self.assertIn("world_size 4 != ranks_per_node 2 x num_nodes 3", errs)
+        self.assertIn("strategy also at $.results[0]", errs)
+
+    def test_corrupt_and_foreign_files_rejected_in_one_line(self):
+        files = [self.write("trunc.json", json.dumps(make_results())[:500]),
+                 self.write("other.json", {"suite": "nccl-tests", "results": []}),
+                 self.write("list.json", [1, 2]),
+                 self.write("empty.json", ""),
+                 self.dir / "does_not_exist.json"]
+        (self.dir / "bin.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+        files.append(self.dir / "bin.json")
+        for f in files:
+            rc, out = run(VALIDATE, f, subprocess_=True)
+            self.assertEqual(rc, 1, out)
+            self.assertNotIn("Traceback", out)
+            self.assertEqual(len(out.strip().splitlines()), 1, out)
+            self.assertIn(str(f), out)
+
+
+class PlotTest(Base):
+    def test_all_pngs_single_and_multi_file(self):
+        a = self.write("base.json", make_results(failed={"zero3": "oom"}))
+        b = self.write("new.json", make_results(seed=2, step_scale=1.1,
+                                                failed={"fsdp_hybrid_shard": "error"}))
+        for args, sub in (([a], "one"), ([a, b], "two")):
+            out_dir = self.dir / sub
+            rc, out = run(PLOT, *args, "--out", out_dir)
+            self.assertEqual(rc, 0, out)
+            for png in EXPECTED_PNGS:
+                p = out_dir / png
+                self.assertTrue(p.is_file(), f"{png} missing: {out}")
+                self.assertEqual(p.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+                self.assertGreater(p.stat().st_size, 5000)
+
+    def test_corrupt_input_exits_2(self):
+        bad = self.write("bad.json", "{\"suite\": \"shardbench\", ")
+        rc, out = run(PLOT, bad, "--out", self.dir / "x", subprocess_=True)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("not valid JSON", out)
+        self.assertNotIn("Traceback", out)
+
+
+class CompareTest(Base):
+    def test_identical_pair_passes(self):
+        a = self.write("a.json", make_results(failed={"zero3": "oom"}))
+        rc, out = run(COMPARE, a, a)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("no regression", out)
+
+    def test_noise_only_passes(self):
+        a = self.write("a.json", make_results(seed=1))
+        b = self.write("b.json", make_results(seed=7, step_scale=1.01))
+        rc, out = run(COMPARE, a, b)
+        self.assertEqual(rc, 0, out)
+
+    def test_step_time_regression_fails(self):
+        a = self.write("a.json", make_results(seed=1))
+        b = self.write("b.json", make_results(seed=2, step_scale=1.3))
+        rc, out = run(COMPARE, a, b, "--threshold-pct", "5", subprocess_=True)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("REGRESSED", out)
+        self.assertIn("step_time_median_s", out)
+
+    def test_bytes_increase_fails(self):
+        base = make_results()
+        new = copy.deepcopy(base)
+        new["results"][3]["comm"]["per_step"]["sent_bytes_inter"] = int(
+            base["results"][3]["comm"]["per_step"]["sent_bytes_inter"] * 1.02)
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new))
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"zero3\s+sent_bytes_inter.*REGRESSED")
+
+    def test_memory_increase_and_status_change_fail(self):
+        base = make_results()
+        new = copy.deepcopy(base)
+        new["results"][0]["memory"]["peak_bytes_per_rank"] += 10 * 2**20
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new))
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"ddp\s+peak_bytes_per_rank.*REGRESSED")
+        new = make_results(failed={"zero2": "oom"})
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("c.json", new))
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"zero2\s+status\s+ok\s+oom.*REGRESSED")
+
+    def test_bad_input_exits_2(self):
+        a = self.write("a.json", make_results())
+        bad = self.write("bad.json", "not json at all")
+        rc, out = run(COMPARE, a, bad, subprocess_=True)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("not valid JSON", out)
+        self.assertNotIn("Traceback", out)
+        rc, out = run(COMPARE, a, self.dir / "missing.json")
+        self.assertEqual(rc, 2, out)
+        other = make_results(world=8, ranks_per_node=4)
+        rc, out = run(COMPARE, a, self.write("w8.json", other))
+        self.assertEqual(rc, 2, out)
+        self.assertIn("world_size", out)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
