@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -14,6 +16,7 @@
 
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
+#include "harness/comm/watchdog.h"
 #include "harness/model/gpt.h"
 #include "harness/run/report.h"
 
@@ -78,6 +81,41 @@ int launch_mpirun(const RunArgs& a, int argc, char** argv) {
   return 2;
 }
 
+// --resume: the ok results already in `path` for this exact config (rank 0 reads; every rank
+// learns the decision through one broadcast, so all skip the same strategies).
+std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
+                                                        const nlohmann::json& config,
+                                                        MpiRuntime& mpi) {
+  std::string verdict;  // "ok\n<json of kept results>" or "error\n<message>"
+  if (mpi.rank() == 0) {
+    nlohmann::json kept = nlohmann::json::object();
+    std::ifstream f(path);
+    if (!f) {
+      verdict = "ok\n{}";  // nothing to resume: run everything
+    } else {
+      nlohmann::json doc = nlohmann::json::parse(f, nullptr, false);
+      if (doc.is_discarded() || !doc.is_object() || doc.value("suite", "") != "shardbench" ||
+          !doc.contains("results") || !doc["results"].is_array()) {
+        verdict = "error\n--resume: " + path + " is not a shardbench results file";
+      } else if (doc.value("config", nlohmann::json()) != config) {
+        verdict = "error\n--resume: " + path +
+                  " was written with a different configuration; use another --out";
+      } else {
+        for (const auto& r : doc["results"])
+          if (r.is_object() && r.value("status", "") == "ok" && r.contains("strategy"))
+            kept[r["strategy"].get<std::string>()] = r;
+        verdict = "ok\n" + kept.dump();
+      }
+    }
+  }
+  mpi.broadcast_string(verdict, 0);
+  const size_t nl = verdict.find('\n');
+  if (verdict.substr(0, nl) != "ok") throw UsageError(verdict.substr(nl + 1));
+  std::map<std::string, nlohmann::json> out;
+  for (auto& [k, v] : nlohmann::json::parse(verdict.substr(nl + 1)).items()) out[k] = v;
+  return out;
+}
+
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
 void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
@@ -102,6 +140,7 @@ void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
 int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
   if (a.np > 0 && !inside_mpi_job()) return launch_mpirun(a, argc, argv);
+  Watchdog::set_timeout(a.timeout_s);
 
   const double probe = a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops();
   MpiRuntime mpi(&argc, &argv);
@@ -162,7 +201,23 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   std::vector<nlohmann::json> results;
   if (root && std::filesystem::path(a.out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
+  const auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
+                            : std::map<std::string, nlohmann::json>{};
+  if (topo.num_nodes() == 1 && root && !a.quiet)
+    for (const auto& n : names)
+      if (n.find("hybrid") != std::string::npos) {
+        fmt::print("note: on one node {} shards over the node = the world and replicates across "
+                   "one node: it degenerates to {}\n", n,
+                   n == "fsdp_hybrid_shard" ? "fsdp_full_shard" : "fsdp_shard_grad_op");
+      }
   for (size_t i = 0; i < names.size(); ++i) {
+    if (auto it = kept.find(names[i]); it != kept.end()) {
+      if (root && !a.quiet)
+        fmt::print("[{}/{}] {:<26} ok   (kept from {}, --resume)\n", i + 1, names.size(),
+                   names[i], a.out);
+      results.push_back(it->second);
+      continue;
+    }
     StrategyRun run = run_strategy(names[i], cfg, mpi, comm, *device);
     if (root && !a.quiet) {
       if (run.status == "ok")

@@ -47,6 +47,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
   app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
   app->add_flag("--quiet", a.quiet, "No progress lines");
+  app->add_option("--timeout-s", a.timeout_s,
+                  "Watchdog: abort the job when a collective waits longer than this (s)")
+      ->capture_default_str();
+  app->add_flag("--resume", a.resume, "Skip strategies already ok in --out (same config)");
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
 }
 
@@ -123,7 +127,22 @@ RunConfig to_run_config(const RunArgs& a) {
   c.mem_limit_gb = a.mem_limit_gb;
   c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
   c.device = a.device;
-  c.inject_fault = a.inject_fault;
+  require(a.timeout_s > 0 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "(0, 1000000]");
+  if (!a.inject_fault.empty()) {
+    const auto p1 = a.inject_fault.find(':'), p2 = a.inject_fault.find(':', p1 + 1);
+    bool ok = p1 != std::string::npos && p2 != std::string::npos;
+    if (ok) {
+      try {
+        c.fault.rank = std::stoi(a.inject_fault.substr(0, p1));
+        c.fault.step = std::stoi(a.inject_fault.substr(p1 + 1, p2 - p1 - 1));
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      c.fault.kind = a.inject_fault.substr(p2 + 1);
+      ok = ok && (c.fault.kind == "exit" || c.fault.kind == "hang" || c.fault.kind == "oom");
+    }
+    require(ok, "--inject-fault", a.inject_fault, "rank:step:exit|hang|oom");
+  }
   auto& o = c.options;
   o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
   o.wrap = a.wrap;

@@ -40,6 +40,8 @@ struct RunArgs {
   bool untied_head = false;
   bool quiet = false;
   std::string inject_fault;
+  double timeout_s = 600;  // watchdog on every collective
+  bool resume = false;     // skip strategies already ok in --out (same config)
 };
 
 // A usage error: printed as one line, exit code 2.

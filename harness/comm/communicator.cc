@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "harness/comm/watchdog.h"
 #include "harness/common/check.h"
 
 namespace sb {
@@ -76,7 +77,17 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
       const CollectiveOp& op = task.op;
       bool counted = false;
       const auto t0 = Clock::now();
-      HopBytes sent = impl->backend->run(op, &counted);
+      HopBytes sent;
+      {
+        const Group& g = *op.group;
+        const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
+        Watchdog::Scope watch(std::string(coll_name(op.kind)) + " over " + group_name(g.kind) +
+                              " (" + std::to_string(g.size()) + " ranks, " +
+                              std::to_string(op.count) + " x " + dtype_name(op.dtype) +
+                              (task.tag.empty() ? "" : ", " + task.tag) +
+                              ") waiting on ring predecessor rank " + std::to_string(prev));
+        sent = impl->backend->run(op, &counted);
+      }
       const double time_s = double(ns_since(t0)) * 1e-9;
       LedgerEntry e;
       e.kind = op.kind;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "harness/comm/watchdog.h"
 #include "harness/common/check.h"
 
 namespace sb {
@@ -33,6 +34,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  Watchdog::Scope watch("MPI_Finalize");
   if (!finalized) MPI_Finalize();
   set_abort_hook(nullptr);
 }
@@ -81,30 +83,35 @@ std::string MpiRuntime::library_version() const {
 }
 
 double MpiRuntime::max_over_ranks(double v) const {
+  Watchdog::Scope watch("max over ranks (MPI_Allreduce on the world) on the main thread");
   // after this all-reduce every rank holds the maximum
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return v;
 }
 
 double MpiRuntime::sum_over_ranks(double v) const {
+  Watchdog::Scope watch("sum over ranks (MPI_Allreduce on the world) on the main thread");
   // after this all-reduce every rank holds the sum
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return v;
 }
 
 uint64_t MpiRuntime::max_over_ranks_u64(uint64_t v) const {
+  Watchdog::Scope watch("max over ranks (MPI_Allreduce on the world) on the main thread");
   // after this all-reduce every rank holds the maximum
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   return v;
 }
 
 uint64_t MpiRuntime::sum_over_ranks_u64(uint64_t v) const {
+  Watchdog::Scope watch("sum over ranks (MPI_Allreduce on the world) on the main thread");
   // after this all-reduce every rank holds the sum
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   return v;
 }
 
 std::vector<double> MpiRuntime::gather_to_root(double v) const {
+  Watchdog::Scope watch("gather to rank 0 (MPI_Gather on the world) on the main thread");
   const bool root = rank() == 0;
   std::vector<double> all(root ? size_t(world_size()) : 0);
   // after this gather rank 0 holds every rank's value, in rank order
@@ -113,11 +120,13 @@ std::vector<double> MpiRuntime::gather_to_root(double v) const {
 }
 
 void MpiRuntime::barrier() const {
+  Watchdog::Scope watch("barrier (MPI_Barrier on the world) on the main thread");
   // after this barrier every rank has reached the same point
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
 void MpiRuntime::broadcast_string(std::string& s, int root) const {
+  Watchdog::Scope watch("string broadcast (MPI_Bcast on the world) on the main thread");
   uint64_t len = s.size();
   // after these broadcasts every rank holds root's string
   MPI_Bcast(&len, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);

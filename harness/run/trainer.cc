@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "harness/common/check.h"
 #include "harness/model/data.h"
@@ -17,6 +20,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Deliberate failures for the robustness tests: a crash, a stall, or an allocation failure on
+// one rank only (the asymmetric case that a real OOM on one GPU produces).
+void maybe_inject_fault(const RunConfig::Fault& f, int rank) {
+  static int global_step = 0;
+  const int step = global_step++;
+  if (f.rank != rank || f.step != step) return;
+  std::fprintf(stderr, "[rank %d] injected fault: %s at step %d\n", rank, f.kind.c_str(), step);
+  std::fflush(stderr);
+  if (f.kind == "exit") std::_Exit(3);
+  if (f.kind == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (f.kind == "oom") throw OutOfMemory("injected out of memory on rank " + std::to_string(rank));
 }
 
 }  // namespace
@@ -58,6 +75,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
       // same global batch, so a 1-rank run computes the same step.
       make_batch(cfg.options.seed, uint64_t(step) * N * b + uint64_t(rank) * b, b, T,
                  cfg.model.vocab, tokens.data(), targets.data());
+      maybe_inject_fault(cfg.fault, rank);
       const size_t ledger_mark = comm.ledger().size();
       comm.reset_blocked_seconds();
       const auto t0 = Clock::now();

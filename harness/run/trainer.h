@@ -25,7 +25,9 @@ struct RunConfig {
   CollectiveImpl collectives = CollectiveImpl::kRing;
   std::string device = "cpu";
   StrategyOptions options;
-  std::string inject_fault;  // hidden test flag "rank:step:kind"
+  // Hidden test flag --inject-fault rank:step:kind. `step` counts every step this process has
+  // run across the matrix (0-based), so strategy k's first step is k * (warmup + steps).
+  struct Fault { int rank = -1; int step = -1; std::string kind; } fault;  // exit | hang | oom
 };
 
 // What one rank measured, with the cross-rank aggregates already folded in (identical on

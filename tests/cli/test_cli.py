@@ -100,6 +100,51 @@ class AtomicWriteTest(unittest.TestCase):
         self.assertEqual(validate(out).returncode, 0)
 
 
+class FaultTest(unittest.TestCase):
+    """A rank that exits, hangs or fails an allocation at step 9 (strategy 5 of 8, two steps
+    each) ends the job in bounded time, names the rank and the collective, and leaves the first
+    four strategies' results intact; --resume then finishes the matrix without redoing them."""
+
+    def run_fault(self, kind):
+        out = os.path.join(tempfile.mkdtemp(prefix="sbfault"), "r.json")
+        t0 = time.time()
+        p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--steps", "2",
+               "--warmup", "0", "--timeout-s", "5", "--inject-fault", "2:9:" + kind, "--out", out,
+               "--quiet", timeout=120)
+        return p, out, time.time() - t0
+
+    def check(self, kind, needles):
+        p, out, seconds = self.run_fault(kind)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(seconds, 60)
+        for n in needles:
+            self.assertIn(n, p.stderr + p.stdout)
+        doc = load(out)
+        self.assertEqual([r["strategy"] for r in doc["results"]], ["ddp", "zero1", "zero2", "zero3"])
+        self.assertEqual(validate(out).returncode, 0)
+        return out
+
+    def test_exit(self):
+        self.check("exit", ["[rank 2] injected fault: exit at step 9"])
+
+    def test_hang(self):
+        self.check("hang", ["[rank 2] injected fault: hang", "watchdog: ", "waiting on ring predecessor rank",
+                            "--timeout-s"])
+
+    def test_oom_then_resume(self):
+        out = self.check("oom", ["[rank 2] injected fault: oom", "watchdog:"])
+        p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--steps", "2",
+               "--warmup", "0", "--out", out, "--resume")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.count("--resume"), 4)
+        doc = load(out)
+        self.assertEqual([r["status"] for r in doc["results"]], ["ok"] * 8)
+        p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--steps", "3",
+               "--warmup", "0", "--out", out, "--resume")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("different configuration", p.stderr)
+
+
 class UsageErrorTest(unittest.TestCase):
     CASES = [
         (["--model", "huge"], "--model"),
