@@ -112,7 +112,8 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
   const size_t nl = verdict.find('\n');
   if (verdict.substr(0, nl) != "ok") throw UsageError(verdict.substr(nl + 1));
   std::map<std::string, nlohmann::json> out;
-  for (auto& [k, v] : nlohmann::json::parse(verdict.substr(nl + 1)).items()) out[k] = v;
+  const nlohmann::json kept = nlohmann::json::parse(verdict.substr(nl + 1));
+  for (const auto& [k, v] : kept.items()) out[k] = v;
   return out;
 }
 
