@@ -6,7 +6,8 @@ PKGS=(build-essential cmake ninja-build pkg-config
       openmpi-bin libopenmpi-dev libopenblas-dev
       nlohmann-json3-dev libbenchmark-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev
       python3-matplotlib python3-numpy python3-jsonschema
-      iproute2 util-linux ethtool)
+      iproute2 util-linux ethtool
+      clang libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

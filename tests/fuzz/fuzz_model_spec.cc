@@ -1,0 +1,19 @@
+// libFuzzer target: the model preset/spec parser must accept or reject any string with an
+// std::invalid_argument, never crash, hang or return an invalid config.
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "harness/model/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string spec(reinterpret_cast<const char*>(data), size);
+  try {
+    const sb::GptConfig c = sb::parse_model(spec);
+    sb::validate(c);  // whatever parses must be valid
+    if (c.n_embd % c.n_head != 0 || sb::count_params(c) == 0) __builtin_trap();
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}
