@@ -1,6 +1,7 @@
 // The `shardbench` command: subcommands run, export (and predict, with its own issue). Parse
 // errors and bad values print one line naming the flag and exit 2; nothing is written.
 #include <cstdio>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -25,7 +26,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "shardbench: %s\n", e.what());
+    if (app.get_subcommands().empty()) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : " | ") + sub->get_name();
+      std::fprintf(stderr, "shardbench: unknown or missing command%s%s%s; allowed: %s (see --help)\n",
+                   argc > 1 ? " '" : "", argc > 1 ? argv[1] : "", argc > 1 ? "'" : "", names.c_str());
+    } else {
+      std::fprintf(stderr, "shardbench: %s\n", e.what());
+    }
     return 2;
   }
   try {

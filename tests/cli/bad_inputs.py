@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+# The bad inputs the suite must reject with one line naming the flag and exit code 2, and
+# nothing written. Imported by test_cli.py; run directly it prints the README's table:
+#   tests/cli/bad_inputs.py BUILD_DIR --markdown
+import os
+import subprocess
+import sys
+import tempfile
+
+# (arguments after `shardbench`, text the message must contain)
+CASES = [
+    (["run", "--model", "huge"], "--model"),
+    (["run", "--model", "2,30,4,16,64"], "heads"),
+    (["run", "--model", "0,32,4,16,64"], "layers"),
+    (["run", "--model", "2,32,4,16"], "--model"),
+    (["run", "--model", "a,b,c,d,e"], "not an integer"),
+    (["run", "--model", "tiny", "--strategies", "zero4"], "--strategies"),
+    (["run", "--model", "tiny", "--strategies", "ddp,,zero1"], "--strategies"),
+    (["run", "--model", "tiny", "--precision", "fp16"], "--precision"),
+    (["run", "--model", "tiny", "--wrap", "every-0"], "--wrap"),
+    (["run", "--model", "tiny", "--wrap", "layer"], "--wrap"),
+    (["run", "--model", "tiny", "--overlap", "maybe"], "--overlap"),
+    (["run", "--model", "tiny", "--collectives", "tree"], "--collectives"),
+    (["run", "--model", "tiny", "--limit-all-gathers", "2"], "--limit-all-gathers"),
+    (["run", "--model", "tiny", "--backward-prefetch", "later"], "--backward-prefetch"),
+    (["run", "--model", "tiny", "--batch", "0"], "--batch"),
+    (["run", "--model", "tiny", "--batch", "abc"], "--batch"),
+    (["run", "--model", "tiny", "--steps", "-1"], "--steps"),
+    (["run", "--model", "tiny", "--warmup", "-2"], "--warmup"),
+    (["run", "--model", "tiny", "--bucket-mb", "0"], "--bucket-mb"),
+    (["run", "--model", "tiny", "--mem-limit-gb", "-1"], "--mem-limit-gb"),
+    (["run", "--model", "tiny", "--timeout-s", "0"], "--timeout-s"),
+    (["run", "--model", "tiny", "--lr", "0"], "--lr"),
+    (["run", "--model", "tiny", "--prefetch-elements", "0"], "--prefetch-elements"),
+    (["run", "--model", "tiny", "--device", "tpu"], "--device"),
+    (["run", "--model", "tiny", "--np", "3", "--ranks-per-node", "2"], "--ranks-per-node"),
+    (["run", "--model", "tiny", "--inject-fault", "1:x:boom"], "--inject-fault"),
+    (["run", "--model", "tiny", "--bogus-flag"], "bogus"),
+    (["launch"], "launch"),
+    (["export", "--format", "csv", "x.json"], "--format"),
+    (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
+]
+
+
+def run_case(sb, args):
+    out = os.path.join(tempfile.mkdtemp(prefix="sbbad"), "never.json")
+    extra = ["--out", out] if args[0] == "run" else []
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run([sb, *args, *extra], capture_output=True, text=True, timeout=60, env=env)
+    return p, out
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    sb = os.path.join(build, "shardbench")
+    print("| command | exit | message |")
+    print("|---|---|---|")
+    for args, _ in CASES:
+        p, _ = run_case(sb, args)
+        msg = (p.stderr.strip().splitlines() or [""])[0].replace("|", "\\|")
+        print(f"| `shardbench {' '.join(args)}` | {p.returncode} | {msg} |")
+
+
+if __name__ == "__main__":
+    main()
