@@ -7,6 +7,11 @@
 
 #include "bench/cli/run_options.h"
 
+namespace sb {  // bench/cli/predict_command.cc
+void add_predict_command(CLI::App& app);
+int predict_command();
+}  // namespace sb
+
 int main(int argc, char** argv) {
   CLI::App app{"shardbench: which data-parallel sharding strategy should we run, and what does it cost?"};
   app.require_subcommand(1);
@@ -19,6 +24,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bencher", "github-action-benchmark"}));
   exp->add_option("file", file, "results JSON")->required();
   exp->add_option("--out", out, "output file (default: stdout)");
+  sb::add_predict_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,6 +45,7 @@ int main(int argc, char** argv) {
   try {
     if (*run) return sb::run_command(run_args, argc, argv);
     if (*exp) return sb::export_command(format, file, out);
+    if (app.got_subcommand("predict")) return sb::predict_command();
   } catch (const sb::UsageError& e) {
     std::fprintf(stderr, "shardbench: %s\n", e.what());
     return 2;

@@ -140,6 +140,9 @@ void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
 
 int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
+    return launch_two_hosts(a, argc, argv,
+                            a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
   if (a.np > 0 && !inside_mpi_job()) return launch_mpirun(a, argc, argv);
   Watchdog::set_timeout(a.timeout_s);
 

@@ -51,6 +51,9 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "Watchdog: abort the job when a collective waits longer than this (s)")
       ->capture_default_str();
   app->add_flag("--resume", a.resume, "Skip strategies already ok in --out (same config)");
+  app->add_option("--hosts", a.hosts,
+                  "netns: run on two network-namespace hosts of this machine, G ranks each "
+                  "(root; ci/two_host.sh), and count the bytes on their link");
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
 }
 
@@ -88,6 +91,7 @@ RunConfig to_run_config(const RunArgs& a) {
   c.model.tied_head = !a.untied_head;
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
   require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
+  require(a.hosts.empty() || a.hosts == "netns", "--hosts", a.hosts, "netns");
   if (a.np > 0 && a.ranks_per_node > 0 && a.np % a.ranks_per_node != 0)
     throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size (--np {})",
                                  a.ranks_per_node, a.np));

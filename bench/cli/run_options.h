@@ -42,6 +42,7 @@ struct RunArgs {
   std::string inject_fault;
   double timeout_s = 600;  // watchdog on every collective
   bool resume = false;     // skip strategies already ok in --out (same config)
+  std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
 };
 
 // A usage error: printed as one line, exit code 2.
@@ -54,6 +55,9 @@ RunConfig to_run_config(const RunArgs& a);  // throws UsageError
 std::vector<std::string> parse_strategy_list(const std::string& s);  // throws UsageError
 
 int run_command(const RunArgs& a, int argc, char** argv);
+// --hosts netns: execs ci/two_host.sh with the remaining arguments (G = --ranks-per-node, or
+// --np / 2, default 2 ranks per host); peak_gflops > 0 is passed on as --peak-gflops.
+int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops);
 int export_command(const std::string& format, const std::string& file, const std::string& out);
 
 }  // namespace sb

@@ -186,6 +186,19 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                {"by_kind", by_kind},
                {"size_histogram", histogram},
                {"exposed_s", median(run.exposed_s)}};
+  if (run.link_measured) {  // [two-host link] counted at the hosts' link (ci/two_host.sh)
+    auto& ps = r["comm"]["per_step"];
+    const double ledger = double(run.sent_inter_all);
+    const double payload = double(run.link_bytes_measured) -
+                           double(run.link_harness_bytes_measured) -
+                           double(run.link_overhead_model_bytes);
+    ps["link_bytes_measured"] = run.link_bytes_measured;
+    ps["link_harness_bytes_measured"] = run.link_harness_bytes_measured;
+    ps["link_overhead_model_bytes"] = run.link_overhead_model_bytes;
+    ps["link_retrans_segs"] = run.link_retrans_segs;
+    ps["link_to_ledger_ratio"] = ledger > 0 ? double(run.link_bytes_measured) / ledger : 0;
+    ps["link_payload_to_ledger_ratio"] = ledger > 0 ? payload / ledger : 0;
+  }
   r["loss"] = run.loss;
   r["param_checksum"] = run.param_checksum;
   return r;

@@ -13,6 +13,7 @@
 #include "harness/common/check.h"
 #include "harness/model/data.h"
 #include "harness/model/gpt.h"
+#include "harness/run/link_counter.h"
 
 namespace sb {
 namespace {
@@ -62,6 +63,8 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   std::unique_ptr<Strategy> strategy;
   std::vector<int> tokens(size_t(b) * T), targets(size_t(b) * T);
   int failed = 0;  // 0 ok, 1 oom, 2 error
+  LinkSample link_before;                // [two-host link] before the first measured step
+  LinkTraffic link_steps, link_harness;  // [two-host link] measured steps; the loop's own scalars
   try {
     model = std::make_unique<GptModel>(cfg.model, b, device, memory);
     strategy = entry->make(StrategyContext{layout, comm, device, memory, cfg.options});
@@ -70,7 +73,10 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     run.padded_params = strategy->padded_params();
     const int total = cfg.warmup + cfg.steps;
     for (int step = 0; step < total; ++step) {
-      if (step == cfg.warmup) memory.reset_peak();  // peak of the steady state, setup excluded
+      if (step == cfg.warmup) {
+        memory.reset_peak();  // peak of the steady state, setup excluded
+        link_before = sample_link(mpi, topo);  // [two-host link]
+      }
       // Rank r of N takes global samples [step*N*b + r*b, +b): every world size sees the
       // same global batch, so a 1-rank run computes the same step.
       make_batch(cfg.options.seed, uint64_t(step) * N * b + uint64_t(rank) * b, b, T,
@@ -98,6 +104,17 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
         run.step_entries.assign(all.begin() + long(ledger_mark), all.end());
       }
     }
+    // [two-host link] what crossed the links in the measured steps; then, alone, the loop's own
+    // per-step scalar reductions (they cross the links too, outside the ledger)
+    link_steps = link_traffic(link_before, sample_link(mpi, topo), mpi, topo);
+    if (link_steps.available)
+      link_harness = measure_link(mpi, topo, [&] {
+        for (int s = 0; s < cfg.steps; ++s) {  // as in the loop: loss, step time, exposed time
+          mpi.sum_over_ranks(0.0);
+          mpi.max_over_ranks(0.0);
+          mpi.max_over_ranks(0.0);
+        }
+      });
     run.model_state_params = memory.current(MemCategory::kParams);
     run.model_state_grads = memory.current(MemCategory::kGrads);
     run.model_state_optimizer = memory.current(MemCategory::kOptimizer);
@@ -156,6 +173,13 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   run.model_state_grads = mpi.max_over_ranks_u64(run.model_state_grads);
   run.model_state_optimizer = mpi.max_over_ranks_u64(run.model_state_optimizer);
   run.rss_hwm_bytes = mpi.max_over_ranks_u64(MemoryTracker::rss_hwm_bytes());
+  // [two-host link] per measured step: what crossed the links, the loop's share, the model
+  run.link_measured = link_steps.available;
+  run.link_bytes_measured = link_steps.bytes_without_retransmits() / uint64_t(cfg.steps);
+  run.link_harness_bytes_measured = link_harness.bytes_without_retransmits() / uint64_t(cfg.steps);
+  run.link_retrans_segs = link_steps.retrans_segs;
+  run.link_overhead_model_bytes =
+      mpi.sum_over_ranks_u64(link_overhead_model_bytes(run.step_entries, topo));
   return run;
 }
 

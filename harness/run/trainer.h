@@ -52,6 +52,13 @@ struct StrategyRun {
   bool traffic_counted = true;
   double param_checksum = 0;
   std::vector<float> params;         // full final params (only when asked for)
+  // [two-host link] per measured step, summed over the nodes' links (harness/run/link_counter.h);
+  // only where every node could read its link (ci/two_host.sh sets SB_LINK_IFACE per host).
+  bool link_measured = false;
+  uint64_t link_bytes_measured = 0;          // Σ tx of every link end, retransmits subtracted
+  uint64_t link_harness_bytes_measured = 0;  // of which the loop's own scalar reductions
+  uint64_t link_overhead_model_bytes = 0;    // modelled headers + MPI protocol of the inter sends
+  uint64_t link_retrans_segs = 0;            // TCP segments sent again, all measured steps
 };
 
 // Runs `name` under cfg. Never throws for a failing strategy: the failure is the status.

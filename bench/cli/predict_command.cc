@@ -1,0 +1,289 @@
+// `shardbench predict`: the analytical model of harness/predict on the command line — a table
+// and a JSON document per strategy for a model on a cluster, `--fit` for the smallest world
+// at which each strategy fits, `--sweep N` to time N predictions. No MPI. Bad flags print one
+// line naming the flag and exit 2 (UsageError), like `run`.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/cli/run_options.h"
+#include "harness/predict/predict.h"
+#include "harness/run/report.h"
+
+namespace sb {
+namespace {
+
+struct PredictArgs {
+  std::string model = "gpt2-124m";
+  uint64_t params = 0;
+  std::string strategies = "all";
+  int world = 8;
+  int ranks_per_node = 0;  // 0: the cluster's
+  std::string precision = "bf16-mixed";
+  int batch = 1;
+  int seq = 0;  // 0: the model's context
+  std::string wrap = "block";
+  std::string cluster = "dgx-h100";
+  double bucket_mb = 25;
+  uint64_t persist_elements = 0;
+  uint64_t prefetch_elements = 50'000'000;
+  std::string backward_prefetch = "pre";
+  bool forward_prefetch = false;
+  std::string overlap = "on";
+  double mem_limit_gb = 0;
+  bool untied_head = false;
+  bool fit = false;
+  int max_world = 65536;
+  int sweep = 0;
+  bool show_cluster = false;
+  std::string json;
+};
+
+PredictArgs g_args;
+
+void require(bool ok, const std::string& flag, const std::string& allowed) {
+  if (!ok) throw UsageError(fmt::format("{}: allowed {}", flag, allowed));
+}
+
+PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
+  PredictConfig cfg;
+  try {
+    if (a.params > 0) {
+      cfg.model = bare_shape(a.params, a.seq > 0 ? a.seq : 2048);
+    } else {
+      GptConfig c = parse_predict_model(a.model);
+      c.tied_head = !a.untied_head;
+      if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
+      cfg.model = model_shape(c);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  cfg.ranks_per_node =
+      a.ranks_per_node > 0 ? a.ranks_per_node : std::min(a.world, cl.ranks_per_node);
+  require(a.world >= 1 && a.world <= (1 << 24), fmt::format("--world {}", a.world), "1..16777216");
+  if (a.ranks_per_node == 0)
+    require(a.world % cfg.ranks_per_node == 0, fmt::format("--world {}", a.world),
+            fmt::format("whole nodes of the cluster's {} ranks (or set --ranks-per-node)",
+                        cfg.ranks_per_node));
+  require(a.world % cfg.ranks_per_node == 0, fmt::format("--ranks-per-node {}", cfg.ranks_per_node),
+          fmt::format("a divisor of --world {}", a.world));
+  require(a.max_world >= 1, fmt::format("--max-world {}", a.max_world), ">= 1");
+  require(a.seq >= 0 && a.seq <= 65536, fmt::format("--seq {}", a.seq), "0..65536");
+  require(a.batch >= 1 && a.batch <= 65536, fmt::format("--batch {}", a.batch), "1..65536");
+  require(a.precision == "fp32" || a.precision == "bf16-mixed", "--precision " + a.precision,
+          "fp32|bf16-mixed");
+  bool wrap_ok = a.wrap == "block" || a.wrap == "model";
+  if (a.wrap.rfind("every-", 0) == 0) {
+    const std::string k = a.wrap.substr(6);
+    wrap_ok = !k.empty() && k.size() < 6 &&
+              k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) >= 1;
+  }
+  require(wrap_ok, "--wrap " + a.wrap, "block|model|every-K with K >= 1");
+  require(a.bucket_mb > 0 && a.bucket_mb <= 1 << 20, fmt::format("--bucket-mb {}", a.bucket_mb),
+          "(0, 1048576]");
+  require(a.prefetch_elements >= 1, "--prefetch-elements", ">= 1");
+  require(a.backward_prefetch == "none" || a.backward_prefetch == "pre" ||
+              a.backward_prefetch == "post",
+          "--backward-prefetch " + a.backward_prefetch, "none|pre|post");
+  require(a.overlap == "on" || a.overlap == "off", "--overlap " + a.overlap, "on|off");
+  require(a.mem_limit_gb >= 0, fmt::format("--mem-limit-gb {}", a.mem_limit_gb), ">= 0 (GiB)");
+  cfg.world = a.world;
+  cfg.batch_per_rank = a.batch;
+  cfg.mem_limit_gb = a.mem_limit_gb;
+  StrategyOptions& o = cfg.options;
+  o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
+  o.wrap = a.wrap;
+  o.bucket_mb = a.bucket_mb;
+  o.persist_elements = a.persist_elements;
+  o.prefetch_elements = a.prefetch_elements;
+  o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
+                        : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
+                                                       : BackwardPrefetch::kPost;
+  o.forward_prefetch = a.forward_prefetch;
+  o.overlap = a.overlap == "on";
+  return cfg;
+}
+
+void write_document(const std::string& path, const nlohmann::json& doc) {
+  try {
+    write_json_atomic(path, doc);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(fmt::format("--json {}: {}", path, e.what()));
+  }
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / double(1ull << 30)); }
+
+void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps) {
+  const ModelShape& m = *cfg.model;
+  fmt::print(
+      "shardbench predict: {} ({:.3g} params), world {} = {} node(s) x {}, batch {}/rank x "
+      "{} tokens, {}, cluster {} ({})\n",
+      m.config.name, double(m.num_params), cfg.world, cfg.world / cfg.ranks_per_node,
+      cfg.ranks_per_node, cfg.batch_per_rank, m.config.seq_len,
+      precision_name(cfg.options.precision), cl.name, cl.device);
+  uint64_t largest = 0;  // memory in GiB, or in MiB for small models
+  for (const Prediction& p : ps) largest = std::max(largest, p.peak);
+  const bool mib = largest < (1ull << 30);
+  const char* u = mib ? "MiB" : "GiB";
+  auto mem = [&](double bytes) {
+    return fmt::format("{:.2f}", bytes / double(mib ? 1ull << 20 : 1ull << 30));
+  };
+  fmt::print(
+      "\n{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>12} {:>5}\n",
+      "strategy", "fits", fmt::format("peak {}", u), fmt::format("state {}", u),
+      fmt::format("act {}", u), "gathered", "commbuf", "intra MiB", "inter MiB", "comm s", "step s",
+      "tokens/s", "MFU");
+  for (const Prediction& p : ps) {
+    const double state = double(p.state_params + p.state_grads + p.state_optimizer);
+    fmt::print(
+        "{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>9.4f} {:>9.4f} "
+        "{:>12.0f} {:>5.2f}\n",
+        p.strategy, p.fits ? "yes" : "NO", mem(double(p.peak)), mem(state),
+        mem(double(p.activations)), mem(double(p.at_peak[int(MemCategory::kGatheredParams)])),
+        mem(double(p.at_peak[int(MemCategory::kCommBuffers)])),
+        double(p.traffic.max_rank_intra) / (1 << 20), double(p.traffic.max_rank_inter) / (1 << 20),
+        p.comm_s, p.step_s, p.tokens_per_s, p.mfu);
+  }
+  fmt::print(
+      "(per rank per step: memory at the peak ({}), bytes sent by the busiest rank per hop class; "
+      "limit {} GiB per rank{}; step s {} overlap)\n",
+      u, gib(ps.empty() ? 0 : ps.front().limit_bytes),
+      cfg.model->bare ? "; --params: model state only" : "",
+      cfg.options.overlap ? "with" : "without");
+}
+
+int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::string>& names,
+            const PredictArgs& a) {
+  std::vector<nlohmann::json> results;
+  const ModelShape& m = *cfg.model;
+  fmt::print(
+      "shardbench predict --fit: {} on {} ({} GiB per rank), batch {}/rank x {} tokens, {}; "
+      "activations {} GiB per rank at any world (not sharded)\n\n",
+      m.config.name, cl.name, gib(cl.memory_per_rank(1)), cfg.batch_per_rank, m.config.seq_len,
+      precision_name(cfg.options.precision),
+      m.bare ? std::string("n/a") : gib(double(activation_bytes(m.config, cfg.batch_per_rank))));
+  fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
+  for (const std::string& s : names) {
+    const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
+    if (f.min_world == 0) {
+      fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, fmt::format("> {}", a.max_world), "-", "-");
+      results.push_back(
+          {{"strategy", s}, {"fit", {{"min_world", nullptr}, {"max_world", a.max_world}}}});
+      continue;
+    }
+    const int G = std::min(f.min_world, cfg.ranks_per_node);
+    fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, f.min_world, f.min_world / G,
+               gib(double(f.at_min.peak)));
+    nlohmann::json r = prediction_json(f.at_min);
+    r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
+    results.push_back(r);
+  }
+  if (!a.json.empty()) write_document(a.json, prediction_document(cfg, cl, results));
+  return 0;
+}
+
+int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::string>& names, int n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int done = 0, fits = 0;
+  const int G = cfg.ranks_per_node;
+  while (done < n) {
+    for (int nodes = 1; nodes <= 1024 && done < n; nodes *= 2)
+      for (const std::string& s : names) {
+        cfg.world = nodes * G;
+        fits += predict(cfg, s, cl).fits ? 1 : 0;
+        if (++done == n) break;
+      }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print(
+      "shardbench predict --sweep: {} predictions ({} strategies x 1..1024 nodes of {}) in "
+      "{:.3f} s = {:.0f} per second; {} fit\n",
+      done, names.size(), G, secs, done / secs, fits);
+  return 0;
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& app) {
+  PredictArgs& a = g_args;
+  CLI::App* p = app.add_subcommand(
+      "predict", "Predict memory, bytes and step time of strategies at any scale (no MPI)");
+  CLI::Option* model =
+      p->add_option("--model", a.model,
+                    "Run preset, " + fmt::format("{}", fmt::join(predict_model_aliases(), "|")) +
+                        ", or L,C,H,T,V")
+          ->capture_default_str();
+  p->add_option("--params", a.params,
+                "A bare parameter count instead of --model (model state and bytes only)")
+      ->excludes(model);
+  p->add_option("--strategies", a.strategies, "all, or a comma list")->capture_default_str();
+  p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str();
+  p->add_option("--ranks-per-node", a.ranks_per_node, "Ranks per node (0: the cluster's)")
+      ->capture_default_str();
+  p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
+  p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
+      ->capture_default_str();
+  p->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")
+      ->capture_default_str();
+  p->add_option(
+       "--cluster", a.cluster,
+       "Preset (" + fmt::format("{}", fmt::join(cluster_names(), "|")) + ") or a JSON file")
+      ->capture_default_str();
+  p->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")
+      ->capture_default_str();
+  p->add_option("--persist-elements", a.persist_elements, "ZeRO-3 persistence threshold")
+      ->capture_default_str();
+  p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
+      ->capture_default_str();
+  p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
+      ->capture_default_str();
+  p->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
+  p->add_option("--overlap", a.overlap, "on | off")->capture_default_str();
+  p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
+      ->capture_default_str();
+  p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");
+  p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits");
+  p->add_option("--max-world", a.max_world, "Largest world --fit tries")->capture_default_str();
+  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)");
+  p->add_flag("--show-cluster", a.show_cluster,
+              "Print the cluster as JSON (a template for --cluster FILE)");
+  p->add_option("--json", a.json, "Write the prediction document here");
+}
+
+int predict_command() {
+  const PredictArgs& a = g_args;
+  Cluster cl;
+  try {
+    cl = load_cluster(a.cluster);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (a.show_cluster) {
+    fmt::print("{}\n", cluster_json(cl).dump(2));
+    return 0;
+  }
+  const PredictConfig cfg = to_config(a, cl);
+  const std::vector<std::string> names = parse_strategy_list(a.strategies);
+  if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
+  if (a.fit) return run_fit(cfg, cl, names, a);
+  std::vector<Prediction> ps;
+  std::vector<nlohmann::json> results;
+  for (const std::string& s : names) {
+    ps.push_back(predict(cfg, s, cl));
+    results.push_back(prediction_json(ps.back()));
+  }
+  print_table(cfg, cl, ps);
+  if (!a.json.empty()) {
+    write_document(a.json, prediction_document(cfg, cl, results));
+    fmt::print("prediction: {}\n", a.json);
+  }
+  return 0;
+}
+
+}  // namespace sb

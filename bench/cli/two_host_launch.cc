@@ -1,0 +1,82 @@
+// `shardbench run --hosts netns`: hands the run to ci/two_host.sh, which makes two hosts out of
+// network namespaces on this machine and starts one MPI job of G ranks in each (as --np hands
+// it to mpirun). Only the argument plumbing lives here; the namespaces, the link and the
+// teardown are the script's, and so is the exit code 2 where namespaces cannot be created.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench/cli/run_options.h"
+
+namespace sb {
+namespace {
+
+// Flags the launcher consumes: the script's job sets world and ranks per node itself.
+bool consumed(const std::string& s, bool* takes_value) {
+  for (const std::string flag : {"--hosts", "--np", "--ranks-per-node"}) {
+    *takes_value = s == flag;  // "--flag value"; else maybe "--flag=value"
+    if (*takes_value || s.rfind(flag + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops) {
+  if (a.hosts != "netns") throw UsageError(fmt::format("--hosts {}: allowed netns", a.hosts));
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))
+    throw UsageError("--hosts netns starts its own MPI job: run shardbench without mpirun");
+  int g = a.ranks_per_node;
+  if (a.np > 0) {
+    if (a.np % 2 != 0 || (g > 0 && a.np != 2 * g))
+      throw UsageError(
+          fmt::format("--np {}: --hosts netns runs 2 hosts x --ranks-per-node {} ranks", a.np,
+                      g > 0 ? std::to_string(g) : "G"));
+    g = a.np / 2;
+  }
+  if (g == 0) g = 2;
+
+  const char* env_script = std::getenv("SB_TWO_HOST_SCRIPT");
+  const std::string script = env_script ? env_script : SB_SOURCE_DIR "/ci/two_host.sh";
+  if (!std::filesystem::exists(script)) {
+    std::fprintf(stderr, "shardbench: --hosts netns: %s not found (set SB_TWO_HOST_SCRIPT)\n",
+                 script.c_str());
+    return 2;
+  }
+  std::vector<std::string> args = {"bash",
+                                   script,
+                                   "--bin",
+                                   std::filesystem::read_symlink("/proc/self/exe").string(),
+                                   "--ranks-per-node",
+                                   std::to_string(g),
+                                   "--"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (i == 1 && s == "run") continue;  // the script runs `shardbench run`
+    bool takes_value = false;
+    if (consumed(s, &takes_value)) {
+      i += takes_value ? 1 : 0;
+      continue;
+    }
+    args.push_back(s);
+  }
+  if (peak_gflops > 0) {  // calibrated once, alone, before the ranks compete for the cores
+    args.push_back("--peak-gflops");
+    args.push_back(fmt::format("{:.3f}", peak_gflops));
+  }
+  std::vector<char*> cargv;
+  for (auto& s : args) cargv.push_back(s.data());
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  execvp("bash", cargv.data());
+  std::fprintf(stderr, "shardbench: --hosts netns: cannot start bash (%s)\n", std::strerror(errno));
+  return 2;
+}
+
+}  // namespace sb

@@ -1,0 +1,132 @@
+// Model shapes for the predictor (see header): layouts from the run's make_layout, cached.
+#include "harness/predict/model_shape.h"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "harness/model/gpt.h"
+#include "strategies/strategy.h"
+
+namespace sb {
+namespace {
+
+struct Alias {
+  const char* name;
+  int L, C, H;
+};
+// GPT-3 family (Brown et al. 2020, Table 2.1): n_layers, d_model, n_heads; context 2048. The
+// table gives 13B d_model 5140 with 40 heads of 128; 5120 = 40 x 128 is what the heads imply.
+constexpr Alias kAliases[] = {{"gpt3-1.3b", 24, 2048, 16},
+                              {"gpt3-2.7b", 32, 2560, 32},
+                              {"gpt3-6.7b", 32, 4096, 32},
+                              {"gpt3-13b", 40, 5120, 40},
+                              {"gpt3-175b", 96, 12288, 96}};
+
+void finish(ModelShape& s) {
+  const ModelLayout& l = s.layout;
+  s.ready = l.grad_ready_module();
+  s.uses = l.uses_per_pass();
+  s.ready_order = tensors_in_grad_ready_order(l);
+  s.ready_at.assign(l.modules.size(), {});
+  for (size_t t = 0; t < l.tensors.size(); ++t) s.ready_at[s.ready[t]].push_back(int(t));
+  s.num_params = l.num_params();
+}
+
+std::string key_of(const GptConfig& c) {
+  return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
+         std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
+         std::to_string(c.vocab) + (c.tied_head ? "t" : "u");
+}
+
+std::mutex g_mu;
+std::map<std::string, std::shared_ptr<const ModelShape>>& cache() {
+  static std::map<std::string, std::shared_ptr<const ModelShape>> c;
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> predict_model_aliases() {
+  std::vector<std::string> v;
+  for (const Alias& a : kAliases) v.emplace_back(a.name);
+  return v;
+}
+
+GptConfig parse_predict_model(const std::string& spec) {
+  for (const Alias& a : kAliases)
+    if (spec == a.name) return GptConfig{a.name, a.L, a.C, a.H, 2048, 50304, true};
+  try {
+    return parse_model(spec);
+  } catch (const std::invalid_argument& e) {
+    std::string names;
+    for (const Alias& a : kAliases) names += std::string("|") + a.name;
+    throw std::invalid_argument(std::string(e.what()) + " (predict also accepts " +
+                                names.substr(1) + ")");
+  }
+}
+
+std::shared_ptr<const ModelShape> model_shape(const GptConfig& c) {
+  const std::string key = key_of(c);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = cache().find(key);
+    if (it != cache().end()) return it->second;
+  }
+  validate(c);
+  auto s = std::make_shared<ModelShape>();
+  s->config = c;
+  s->layout = make_layout(c);
+  finish(*s);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (cache().size() > 256) cache().clear();  // a sweep over many shapes stays bounded
+  return cache().emplace(key, std::move(s)).first->second;
+}
+
+std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
+  if (params == 0) throw std::invalid_argument("--params: must be positive");
+  if (seq_len < 1) throw std::invalid_argument("--seq: must be positive");
+  auto s = std::make_shared<ModelShape>();
+  s->bare = true;
+  s->config.name = "params=" + std::to_string(params);
+  s->config.n_layer = 0;  // no blocks: FSDP's wrap policies see one root unit
+  s->config.seq_len = seq_len;
+  s->layout.config = s->config;
+  s->layout.num_segments = 1;
+  s->layout.tensors.push_back({"params", params, {}, 0, true, InitKind::kZeros});
+  s->layout.modules.push_back({"params", ModuleKind::kLinear, 0, {0}});
+  finish(*s);
+  return s;
+}
+
+std::shared_ptr<const BucketPlan> ModelShape::buckets(uint64_t cap_elements) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = plans_.find(cap_elements);
+  if (it != plans_.end()) return it->second;
+  if (plans_.size() > 16) plans_.clear();
+  auto plan =
+      std::make_shared<const BucketPlan>(plan_buckets(layout, ready_order, cap_elements, 1));
+  return plans_.emplace(cap_elements, std::move(plan)).first->second;
+}
+
+uint64_t activation_bytes(const GptConfig& c, int batch) {
+  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer, NH = c.n_head,
+                 V = c.vocab, BT = B * T;
+  const uint64_t att = B * NH * T * T;
+  const uint64_t floats =
+      L * (18 * BT * C + 4 * BT + att) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
+  return 4 * floats + 2 * 4 * BT;
+}
+
+const char* activation_formula() {
+  return "4*(L*(18*B*T*C + 4*B*T + B*NH*T^2) + 15*B*T*C + 2*B*T + 2*B*T*V + B*NH*T^2) + "
+         "8*B*T bytes: gpt.cc's fp32 activations kept for backward, one layer of activation "
+         "gradients, full TxT attention probabilities (no flash attention), int32 tokens/targets";
+}
+
+double predict_flops(const ModelShape& m, uint64_t tokens) {
+  if (m.bare) return 6.0 * double(m.num_params) * double(tokens);
+  return flops_per_step(m.config, tokens);
+}
+
+}  // namespace sb

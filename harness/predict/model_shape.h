@@ -1,0 +1,63 @@
+// The workload as the predictor needs it: the run's own ModelLayout (tensors, leaf modules,
+// gradient-ready order) plus the stated formulas for activation bytes and FLOPs, cached per
+// model so a sweep builds each layout once. A bare parameter count (--params, as the ZeRO
+// paper's tables use) becomes one tensor in one module: model state and bytes, no activations.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "harness/model/config.h"
+#include "harness/model/layout.h"
+#include "strategies/buckets.h"
+
+namespace sb {
+
+struct ModelShape {
+  GptConfig config;
+  bool bare = false;                       // --params: no architecture behind the count
+  ModelLayout layout;                      // exactly what make_layout gives the run
+  std::vector<int> ready;                  // per tensor: module after whose backward it is ready
+  std::vector<int> uses;                   // per tensor: modules using it per pass
+  std::vector<int> ready_order;            // tensors_in_grad_ready_order (bucket order)
+  std::vector<std::vector<int>> ready_at;  // per module: tensors that become ready there
+  uint64_t num_params = 0;                 // unpadded Ψ
+
+  // plan_buckets(layout, ready_order, cap, 1), cached per cap: which tensors share a bucket
+  // does not depend on the pad multiple, only each bucket's padded size does.
+  std::shared_ptr<const BucketPlan> buckets(uint64_t cap_elements) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::map<uint64_t, std::shared_ptr<const BucketPlan>> plans_;
+};
+
+// Cached (thread-safe): the same config returns the same shape.
+std::shared_ptr<const ModelShape> model_shape(const GptConfig& c);
+// seq_len: tokens per sample for the FLOPs of a bare count (GPT-3's context by default).
+std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len = 2048);
+
+// Predict-only model aliases at GPT-3 sizes (Brown et al. 2020, Table 2.1), vocab 50304:
+// gpt3-1.3b, gpt3-2.7b, gpt3-6.7b, gpt3-13b, gpt3-175b; then every run preset or L,C,H,T,V.
+GptConfig parse_predict_model(const std::string& spec);
+std::vector<std::string> predict_model_aliases();
+
+// Bytes of GptModel's kActivations for `batch` sequences (fp32 activations, int32 tokens),
+// term by term as gpt.cc allocates them (B batch, T seq, C width, NH heads, V vocab, L layers):
+//   per layer: 18·BTC (ln1 1, qkv 3, atty 1, attproj 1, residual2 1, ln2 1, fch 4, fch_gelu 4,
+//              fcproj 1, residual3 1) + 4·BT (ln1/ln2 mean, rstd) + B·NH·T² (att probabilities)
+//   once:      15·BTC (encoded, lnf, dresidual, dbtc, dqkv 3, dfch_gelu 4, dfch 4) + 2·BT (lnf
+//              mean, rstd) + 2·BTV (logits, probs) + B·NH·T² (datt)
+//   all ×4 bytes, plus 2·BT int32 (tokens, targets).
+uint64_t activation_bytes(const GptConfig& c, int batch);
+const char* activation_formula();
+
+// Model FLOPs of one step for `tokens` tokens: gpt.h's flops_per_step, or 6·Ψ·tokens for a
+// bare count (Kaplan et al. 2020's C ≈ 6N per token).
+double predict_flops(const ModelShape& m, uint64_t tokens);
+
+}  // namespace sb

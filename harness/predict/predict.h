@@ -1,0 +1,77 @@
+// `shardbench predict`'s engine: what a strategy costs per rank and per step on a cluster that
+// is not here — model-state memory (the strategies' own padding), activations (gpt.cc's
+// allocations), gathered params and comm buffers at the peak, bytes per collective kind split
+// intra/inter by the ledger's ring rules, and step time (compute + alpha-beta communication,
+// with and without overlap). Model, strategy description (strategy_registry()) and cluster
+// are three separate inputs. No MPI, no buffers: a prediction takes microseconds.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/predict/cluster.h"
+#include "harness/predict/model_shape.h"
+#include "harness/predict/traffic.h"
+#include "harness/run/trainer.h"
+
+namespace sb {
+
+struct PredictConfig {
+  std::shared_ptr<const ModelShape> model;  // model_shape(config) or bare_shape(params)
+  int world = 1;
+  int ranks_per_node = 1;
+  int batch_per_rank = 1;
+  StrategyOptions options;
+  double mem_limit_gb = 0;  // per rank; 0 = the cluster's memory per rank
+};
+
+struct Prediction {
+  std::string strategy;
+  StrategyDescription description;
+  uint64_t padded_params = 0;
+  // Memory per rank: model state at rest, then the step's peak and its breakdown.
+  uint64_t state_params = 0, state_grads = 0, state_optimizer = 0;
+  uint64_t activations = 0, peak = 0;
+  MemBreakdown at_peak{};
+  bool model_state_only = false;  // a bare --params count: no activations or transients
+  double limit_bytes = 0;
+  bool fits = false;
+  Traffic traffic;
+  // One step: model FLOPs per rank, compute and communication seconds.
+  double flops_per_rank = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
+  double total_overlap_s = 0, total_no_overlap_s = 0, step_s = 0;  // step_s: as configured
+  double tokens_per_s = 0, mfu = 0;
+};
+
+// Throws std::invalid_argument for an unknown strategy or an inconsistent shape.
+// With `topo`, bytes come from ring_model_sent rank by rank on that topology.
+Prediction predict(const PredictConfig& cfg, const std::string& strategy, const Cluster& cluster,
+                   const Topology* topo = nullptr);
+
+// The smallest world (whole nodes of the cluster's ranks per node, or 1..G-1 ranks of one
+// node) at which `strategy` fits, searched up to max_world; 0 when it never fits there.
+struct FitResult {
+  std::string strategy;
+  int min_world = 0;
+  Prediction at_min;  // valid when min_world > 0
+};
+FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
+                                 const Cluster& cluster, int max_world);
+
+// JSON in the run's schema family (results/): kind "prediction".
+nlohmann::json predict_config_json(const PredictConfig& cfg);
+nlohmann::json prediction_json(const Prediction& p);
+nlohmann::json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
+                                   const std::vector<nlohmann::json>& results);
+
+// For `run`: the prediction of one strategy on the run's own config and topology (bytes from
+// ring_model_sent on that topology), to sit beside the measured result.
+nlohmann::json predict_for_run(const RunConfig& cfg, const Topology& topo,
+                               const std::string& strategy, const Cluster& cluster);
+// measured / predicted for the quantities both carry (1.0 = exact), keyed like the result.
+nlohmann::json prediction_residuals(const nlohmann::json& predicted, const nlohmann::json& result);
+
+}  // namespace sb

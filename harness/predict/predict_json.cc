@@ -1,0 +1,159 @@
+// JSON of predictions, in the run's schema family (report.cc): the same key names wherever the
+// run has the quantity (memory.peak_bytes_per_rank, comm.per_step.sent_bytes_intra, by_kind),
+// plus what only a model has (step_time_s.compute/comm/total_*, fits). Keys carry units.
+#include "harness/model/gpt.h"
+#include "harness/predict/predict.h"
+#include "harness/run/report.h"
+
+namespace sb {
+
+using nlohmann::json;
+
+json predict_config_json(const PredictConfig& cfg) {
+  const ModelShape& m = *cfg.model;
+  const auto& o = cfg.options;
+  json model = m.bare ? json{{"name", m.config.name}, {"bare_params", m.num_params}}
+                      : json{{"name", m.config.name},          {"n_layer", m.config.n_layer},
+                             {"n_embd", m.config.n_embd},      {"n_head", m.config.n_head},
+                             {"seq_len", m.config.seq_len},    {"vocab", m.config.vocab},
+                             {"tied_head", m.config.tied_head}};
+  return json{{"model", model},
+              {"params", m.num_params},
+              {"world_size", cfg.world},
+              {"ranks_per_node", cfg.ranks_per_node},
+              {"num_nodes", cfg.world / std::max(1, cfg.ranks_per_node)},
+              {"batch_per_rank", cfg.batch_per_rank},
+              {"seq_len", m.config.seq_len},
+              {"precision", precision_name(o.precision)},
+              {"wrap", o.wrap},
+              {"bucket_mb", o.bucket_mb},
+              {"backward_prefetch", prefetch_name(o.backward_prefetch)},
+              {"forward_prefetch", o.forward_prefetch},
+              {"overlap", o.overlap},
+              {"prefetch_elements", o.prefetch_elements},
+              {"persist_elements", o.persist_elements},
+              {"mem_limit_gb", cfg.mem_limit_gb}};
+}
+
+json prediction_json(const Prediction& p) {
+  const StrategyDescription& d = p.description;
+  json shards = json::array();
+  if (d.shards_params) shards.push_back("params");
+  if (d.shards_grads) shards.push_back("grads");
+  if (d.shards_optimizer) shards.push_back("optimizer");
+  const char* gran[] = {"bucket", "tensor", "unit"};
+  json breakdown;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    breakdown[category_name(MemCategory(c))] = p.at_peak[c];
+  const Traffic& t = p.traffic;
+  json by_kind = json::array();
+  for (int k = 0; k < kNumCollKinds; ++k)
+    for (int g = 0; g < 3; ++g) {
+      const KindTotals& kt = t.by_kind[k][g];
+      if (kt.count == 0) continue;
+      by_kind.push_back({{"kind", coll_name(CollKind(k))},
+                         {"group", group_name(GroupKind(g))},
+                         {"count", kt.count},
+                         {"bytes", kt.payload_bytes},
+                         {"sent_bytes_all_ranks", kt.sent_bytes},
+                         {"time_s", kt.time_s}});
+    }
+  json histogram = json::array();
+  for (int i = 0; i < 64; ++i)
+    if (t.size_histogram[i] > 0)
+      histogram.push_back({{"bucket_bytes_le", uint64_t(1) << i}, {"count", t.size_histogram[i]}});
+  return json{
+      {"strategy", p.strategy},
+      {"status", "predicted"},
+      {"description",
+       {{"family", d.family},
+        {"shards", shards},
+        {"shard_group", shards.empty() ? "none" : group_name(d.shard_group)},
+        {"replicate_across_nodes", d.replicate_across_nodes},
+        {"reshard_after_forward", d.reshard_after_forward},
+        {"granularity", gran[int(d.granularity)]}}},
+      {"padded_params", p.padded_params},
+      {"memory",
+       {{"peak_bytes_per_rank", p.peak},
+        {"model_state_bytes_per_rank",
+         {{"params", p.state_params}, {"grads", p.state_grads}, {"optimizer", p.state_optimizer}}},
+        {"activations_bytes", p.activations},
+        {"gathered_params_bytes", p.at_peak[int(MemCategory::kGatheredParams)]},
+        {"comm_buffers_bytes", p.at_peak[int(MemCategory::kCommBuffers)]},
+        {"workspace_bytes", p.at_peak[int(MemCategory::kWorkspace)]},
+        {"breakdown_at_peak", breakdown},
+        {"limit_bytes_per_rank", p.limit_bytes},
+        {"scope", p.model_state_only ? "model_state_only" : "model_state+activations+transients"}}},
+      {"comm",
+       {{"per_step",
+         {{"payload_bytes", t.payload_bytes},
+          {"sent_bytes_intra", t.sent_intra},
+          {"sent_bytes_inter", t.sent_inter},
+          {"sent_bytes_max_rank", t.max_rank_sent},
+          {"sent_bytes_intra_per_rank", t.max_rank_intra},
+          {"sent_bytes_inter_per_rank", t.max_rank_inter},
+          {"collectives", t.collectives}}},
+        {"traffic_accounting", "modelled"},
+        {"by_kind", by_kind},
+        {"size_histogram", histogram}}},
+      {"step_time_s",
+       {{"compute", p.compute_s},
+        {"comm", p.comm_s},
+        {"comm_exposed", p.exposed_s},
+        {"total_overlap", p.total_overlap_s},
+        {"total_no_overlap", p.total_no_overlap_s},
+        {"predicted", p.step_s}}},
+      {"throughput",
+       {{"tokens_per_s", p.tokens_per_s},
+        {"mfu", p.mfu},
+        {"flops_per_step_per_rank", p.flops_per_rank}}},
+      {"fits", p.fits}};
+}
+
+json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
+                         const std::vector<json>& results) {
+  return json{{"schema_version", kSchemaVersion},
+              {"suite", "shardbench"},
+              {"kind", "prediction"},
+              {"created_utc", utc_now_iso()},
+              {"git_commit", git_commit()},
+              {"config", predict_config_json(cfg)},
+              {"cluster", cluster_json(cluster)},
+              {"formulas",
+               {{"activations", activation_formula()},
+                {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
+                {"step_time",
+                 "compute = flops / (peak * compute_efficiency) * max(1, world / host_cores); "
+                 "each collective = ring steps * alpha + bytes / (bw * comm_efficiency) of its "
+                 "slowest hop class; total_overlap = max(compute, comm - exposed) + exposed"}}},
+              {"results", results}};
+}
+
+json prediction_residuals(const json& predicted, const json& result) {
+  auto ratio = [](const json& measured, const json& model) -> json {
+    if (!measured.is_number() || !model.is_number()) return nullptr;
+    const double m = measured.get<double>(), p = model.get<double>();
+    if (p == 0) return m == 0 ? json(1.0) : json(nullptr);
+    return m / p;
+  };
+  auto at = [](const json& j, const char* a, const char* b, const char* c = nullptr) -> json {
+    if (!j.contains(a) || !j[a].contains(b)) return nullptr;
+    if (c == nullptr) return j[a][b];
+    return j[a][b].contains(c) ? j[a][b][c] : json(nullptr);
+  };
+  json r;
+  r["peak_bytes_per_rank"] = ratio(at(result, "memory", "peak_bytes_per_rank"),
+                                   at(predicted, "memory", "peak_bytes_per_rank"));
+  for (const char* k : {"params", "grads", "optimizer"})
+    r[std::string("model_state_") + k] =
+        ratio(at(result, "memory", "model_state_bytes_per_rank", k),
+              at(predicted, "memory", "model_state_bytes_per_rank", k));
+  for (const char* k : {"payload_bytes", "sent_bytes_intra", "sent_bytes_inter"})
+    r[k] = ratio(at(result, "comm", "per_step", k), at(predicted, "comm", "per_step", k));
+  r["step_time_s"] =
+      ratio(at(result, "step_time_s", "median"), at(predicted, "step_time_s", "predicted"));
+  r["definition"] = "measured / predicted (1 = exact)";
+  return r;
+}
+
+}  // namespace sb

@@ -1,0 +1,196 @@
+// Ring accounting and alpha-beta time of predicted collectives (see header).
+//
+// Closed forms of ledger.cc's ring schedule (position i of n, chunk c has
+// len(c) = count/n + [c < count % n] elements):
+//   reduce-scatter sends every chunk but its own:        count - len(i)
+//   all-gather sends every chunk but its successor's:    count - len((i+1) mod n)
+//   all-reduce is both:                                  2 count - len(i) - len((i+1) mod n)
+//   broadcast (chain from root 0): count, except position n-1 which sends nothing.
+// Summed over a group that is (n-1)·count (2(n-1)·count for all-reduce): nccl-tests
+// PERFORMANCE.md's (n-1)/n and 2(n-1)/n of the payload per rank.
+#include "harness/predict/traffic.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "harness/common/check.h"
+
+namespace sb {
+namespace {
+
+int bit_width_of(uint64_t bytes) {  // index of the power of two >= bytes (the run's histogram)
+  return bytes <= 1 ? 0 : std::min(63, int(std::bit_width(bytes - 1)));
+}
+
+}  // namespace
+
+uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i) {
+  if (n <= 1 || kind == CollKind::kBarrier) return 0;
+  const uint64_t base = count / uint64_t(n), rem = count % uint64_t(n);
+  auto len = [&](int c) { return base + (uint64_t(c) < rem ? 1 : 0); };
+  uint64_t elems = 0;
+  switch (kind) {
+    case CollKind::kReduceScatter:
+      elems = count - len(i);
+      break;
+    case CollKind::kAllGather:
+      elems = count - len((i + 1) % n);
+      break;
+    case CollKind::kAllReduce:
+      elems = 2 * count - len(i) - len((i + 1) % n);
+      break;
+    case CollKind::kBroadcast:
+      elems = i == n - 1 ? 0 : count;
+      break;
+    case CollKind::kBarrier:
+      break;
+  }
+  return elems * elem_bytes;
+}
+
+TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster)
+    : N_(world), G_(ranks_per_node), M_(world / ranks_per_node), cluster_(cluster) {
+  SB_CHECK(world >= 1 && ranks_per_node >= 1 && world % ranks_per_node == 0,
+           "world " << world << " is not a whole number of nodes of " << ranks_per_node);
+  diff_[int(GroupKind::kWorld)].assign(size_t(N_) + 1, 0);
+  diff_[int(GroupKind::kIntra)].assign(size_t(G_) + 1, 0);
+  diff_[int(GroupKind::kInter)].assign(size_t(M_) + 1, 0);
+}
+
+TrafficAccount::TrafficAccount(const Topology& topo, const Cluster& cluster)
+    : N_(topo.world_size()),
+      G_(topo.ranks_per_node()),
+      M_(topo.num_nodes()),
+      cluster_(cluster),
+      topo_(&topo),
+      intra_(size_t(N_), 0),
+      inter_(size_t(N_), 0) {
+  std::vector<int> node(static_cast<size_t>(N_), 0);
+  for (int r = 0; r < N_; ++r) node[r] = topo.node_of(r);
+  for (int r = 0; r < N_; ++r) rank_topos_.emplace_back(N_, r, node);
+}
+
+int TrafficAccount::n_of(GroupKind g) const {
+  return g == GroupKind::kWorld ? N_ : g == GroupKind::kIntra ? G_ : M_;
+}
+
+void TrafficAccount::add(const PredictedCall& c) {
+  const uint64_t e = dtype_bytes(c.dtype), payload = c.count * e;
+  KindTotals& k = t_.by_kind[int(c.kind)][int(c.group)];
+  t_.collectives += 1;
+  t_.payload_bytes += payload;
+  t_.size_histogram[bit_width_of(payload)] += 1;
+  k.count += 1;
+  k.payload_bytes += payload;
+  const int n = n_of(c.group);
+  if (n <= 1 || c.kind == CollKind::kBarrier) return;
+  const uint64_t base = c.count / uint64_t(n), rem = c.count % uint64_t(n);
+  const uint64_t twice = c.kind == CollKind::kAllReduce ? 2 : 1;
+  uint64_t max_rank = twice * (c.count - base) * e, sent = 0, node_inter = 0;
+  if (topo_ != nullptr) {
+    uint64_t inter_sum = 0;
+    max_rank = 0;
+    for (int r = 0; r < N_; ++r) {
+      const Topology& t = rank_topos_[size_t(r)];
+      const HopBytes h = ring_model_sent(c.kind, size_t(c.count), c.dtype, t.group(c.group), t);
+      intra_[size_t(r)] += h.intra;
+      inter_[size_t(r)] += h.inter;
+      sent += h.total();
+      inter_sum += h.inter;
+      max_rank = std::max(max_rank, h.total());
+    }
+    node_inter = inter_sum / uint64_t(M_);
+  } else {
+    const int g = int(c.group);
+    std::vector<int64_t>& d = diff_[g];
+    auto minus = [&](uint64_t lo, uint64_t hi, uint64_t v) {  // positions [lo, hi) send v less
+      if (lo >= hi) return;
+      d[lo] -= int64_t(v);
+      d[hi] += int64_t(v);
+    };
+    if (c.kind == CollKind::kBroadcast) {
+      base_[g] += payload;
+      minus(uint64_t(n) - 1, uint64_t(n), payload);
+      max_rank = payload;
+    } else {
+      base_[g] += twice * (c.count - base) * e;
+      if (c.kind != CollKind::kAllGather) minus(0, rem, e);  // own chunk is one longer
+      if (c.kind != CollKind::kReduceScatter && rem > 0) {   // successor's chunk is longer
+        minus(0, rem - 1, e);
+        minus(uint64_t(n) - 1, uint64_t(n), e);
+      }
+    }
+    const uint64_t instances = c.group == GroupKind::kWorld ? 1 : uint64_t(N_ / n);
+    sent = c.kind == CollKind::kBroadcast ? payload * uint64_t(n - 1) * instances
+                                          : twice * uint64_t(n - 1) * c.count * e * instances;
+    if (M_ > 1 && c.group == GroupKind::kWorld) node_inter = max_rank;  // one boundary rank
+    if (M_ > 1 && c.group == GroupKind::kInter) node_inter = uint64_t(G_) * max_rank;
+  }
+  k.sent_bytes += sent;
+  const double time = call_time(c, max_rank, node_inter);
+  k.time_s += time;
+  t_.comm_s += time;
+  if (c.exposed) t_.exposed_s += time;
+}
+
+// Latency as NCCL's ring model (src/graph/tuning.cc, ncclTopoTuneModel): a base per collective
+// plus one per ring step, the steps that cross a node boundary (M-1 per pass) at the network's
+// latency and the others at the node link's. Bandwidth: a ring step moves one chunk over every
+// hop at once, so the slower hop class sets the pace (nccl-tests PERFORMANCE.md): a rank's
+// bytes over its node link, or a node's boundary bytes over the node's network bandwidth.
+double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes,
+                                 uint64_t node_inter) const {
+  const int n = n_of(c.group);
+  const double passes = c.kind == CollKind::kAllReduce ? 2.0 : 1.0;
+  const bool crosses = M_ > 1 && c.group != GroupKind::kIntra;
+  const double inter_steps = crosses ? passes * (M_ - 1) : 0.0;
+  const double steps = passes * (n - 1);
+  const double eff = cluster_.comm_efficiency;
+  const double latency = cluster_.base_latency_s +
+                         (steps - inter_steps) * cluster_.intra.latency_s +
+                         inter_steps * cluster_.inter.latency_s;
+  double bw_t = 0;
+  if (c.group != GroupKind::kInter)  // the hops inside a node
+    bw_t = double(max_rank_bytes) / (cluster_.intra.bw_bytes_per_s * eff);
+  if (crosses) {
+    // Senders across the boundary per node: one in a world ring, all G in the inter rings.
+    const double senders = c.group == GroupKind::kWorld ? 1.0 : double(G_);
+    const double node_bw =
+        cluster_.inter.bw_bytes_per_s * eff * (cluster_.inter.per_rank ? senders : 1.0);
+    bw_t = std::max(bw_t, double(node_inter) / node_bw);
+  }
+  return latency + bw_t;
+}
+
+Traffic TrafficAccount::finish() const {
+  Traffic t = t_;
+  t.sent_intra = t.sent_inter = t.max_rank_sent = t.max_rank_intra = t.max_rank_inter = 0;
+  auto fold = [&](uint64_t in, uint64_t out) {
+    t.sent_intra += in;
+    t.sent_inter += out;
+    t.max_rank_sent = std::max(t.max_rank_sent, in + out);
+    t.max_rank_intra = std::max(t.max_rank_intra, in);
+    t.max_rank_inter = std::max(t.max_rank_inter, out);
+  };
+  if (topo_ != nullptr) {
+    for (int r = 0; r < N_; ++r) fold(intra_[size_t(r)], inter_[size_t(r)]);
+    return t;
+  }
+  std::array<std::vector<uint64_t>, 3> at;  // per position: base + prefix of the differences
+  for (int g = 0; g < 3; ++g) {
+    int64_t run = 0;
+    at[g].resize(diff_[g].size() - 1);
+    for (size_t p = 0; p + 1 < diff_[g].size(); ++p) {
+      run += diff_[g][p];
+      at[g][p] = uint64_t(int64_t(base_[g]) + run);
+    }
+  }
+  for (int r = 0; r < N_; ++r) {
+    const uint64_t w = at[0][size_t(r)], in = at[1][size_t(r % G_)], out = at[2][size_t(r / G_)];
+    const bool world_hop_inter = M_ > 1 && (r + 1) % G_ == 0;
+    fold(in + (world_hop_inter ? 0 : w), out + (world_hop_inter ? w : 0));
+  }
+  return t;
+}
+
+}  // namespace sb

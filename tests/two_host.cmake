@@ -1,0 +1,10 @@
+# The two-host mode (ci/two_host.sh, `shardbench run --hosts netns`): two network-namespace hosts
+# joined by a veth pair, the link's byte counters checked against the ledger. Needs root and
+# iproute2/util-linux/ethtool; elsewhere the test exits 77 and ctest reports it skipped.
+# Included by the top-level CMakeLists.txt; RUN_SERIAL: the counters and timings want the CPUs.
+if(TARGET shardbench)
+  add_test(NAME two_host COMMAND bash ${CMAKE_SOURCE_DIR}/tests/two_host_test.sh
+                                 $<TARGET_FILE:shardbench>)
+  set_tests_properties(two_host PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 RUN_SERIAL TRUE
+                       ENVIRONMENT "${SB_TEST_ENV}" LABELS "mpi;netns")
+endif()
