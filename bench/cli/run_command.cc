@@ -18,6 +18,7 @@
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
 #include "harness/model/gpt.h"
+#include "harness/predict/predict.h"
 #include "harness/run/report.h"
 
 #ifdef SB_HAVE_CUDA
@@ -190,6 +191,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   env.blas_version = "OpenBLAS";
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
 
+  // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
+  const Cluster cluster = load_cluster(cfg.device == "cpu" ? "cpu-local" : "h200");
   Ledger ledger;
   if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
   Communicator comm(topo, std::move(backend), ledger);
@@ -233,7 +236,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                    run.error);
       std::fflush(stdout);
     }
-    results.push_back(result_json(run, cfg, topo, env));
+    nlohmann::json result = result_json(run, cfg, topo, env);
+    if (run.status == "ok") {
+      // The model's view of the same config, and how far the measurement is from it.
+      result["prediction"] = predict_for_run(cfg, topo, names[i], cluster);
+      result["prediction"]["cluster"] = cluster.name;
+      result["residuals"] = prediction_residuals(result["prediction"], result);
+    }
+    results.push_back(std::move(result));
     if (root) write_json_atomic(a.out, run_document(cfg, topo, env, results));
     runs.push_back(std::move(run));
   }

@@ -130,29 +130,31 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
 }
 
 json prediction_residuals(const json& predicted, const json& result) {
-  auto ratio = [](const json& measured, const json& model) -> json {
-    if (!measured.is_number() || !model.is_number()) return nullptr;
+  auto at = [](const json& j, std::initializer_list<const char*> path) -> json {
+    const json* x = &j;
+    for (const char* k : path) {
+      if (!x->is_object() || !x->contains(k)) return nullptr;
+      x = &(*x)[k];
+    }
+    return *x;
+  };
+  // Each quantity: measured − predicted (the residual) and measured / predicted (1 = exact).
+  json r = {{"definition", "residual = measured - predicted; ratio = measured / predicted"}};
+  auto add = [&](const std::string& name, const json& measured, const json& model) {
+    if (!measured.is_number() || !model.is_number()) return;
     const double m = measured.get<double>(), p = model.get<double>();
-    if (p == 0) return m == 0 ? json(1.0) : json(nullptr);
-    return m / p;
+    r["residual"][name] = m - p;
+    r["ratio"][name] = p != 0 ? json(m / p) : json(m == 0 ? 1.0 : 0.0);
   };
-  auto at = [](const json& j, const char* a, const char* b, const char* c = nullptr) -> json {
-    if (!j.contains(a) || !j[a].contains(b)) return nullptr;
-    if (c == nullptr) return j[a][b];
-    return j[a][b].contains(c) ? j[a][b][c] : json(nullptr);
-  };
-  json r;
-  r["peak_bytes_per_rank"] = ratio(at(result, "memory", "peak_bytes_per_rank"),
-                                   at(predicted, "memory", "peak_bytes_per_rank"));
+  add("peak_bytes_per_rank", at(result, {"memory", "peak_bytes_per_rank"}),
+      at(predicted, {"memory", "peak_bytes_per_rank"}));
   for (const char* k : {"params", "grads", "optimizer"})
-    r[std::string("model_state_") + k] =
-        ratio(at(result, "memory", "model_state_bytes_per_rank", k),
-              at(predicted, "memory", "model_state_bytes_per_rank", k));
+    add(std::string("model_state_") + k, at(result, {"memory", "model_state_bytes_per_rank", k}),
+        at(predicted, {"memory", "model_state_bytes_per_rank", k}));
   for (const char* k : {"payload_bytes", "sent_bytes_intra", "sent_bytes_inter"})
-    r[k] = ratio(at(result, "comm", "per_step", k), at(predicted, "comm", "per_step", k));
-  r["step_time_s"] =
-      ratio(at(result, "step_time_s", "median"), at(predicted, "step_time_s", "predicted"));
-  r["definition"] = "measured / predicted (1 = exact)";
+    add(k, at(result, {"comm", "per_step", k}), at(predicted, {"comm", "per_step", k}));
+  add("step_time_s", at(result, {"step_time_s", "median"}),
+      at(predicted, {"step_time_s", "predicted"}));
   return r;
 }
 

@@ -13,6 +13,7 @@
 #include "harness/common/check.h"
 #include "harness/model/data.h"
 #include "harness/model/gpt.h"
+#include "harness/predict/predict.h"
 #include "harness/run/link_counter.h"
 
 namespace sb {
@@ -65,6 +66,26 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   int failed = 0;  // 0 ok, 1 oom, 2 error
   LinkSample link_before;                // [two-host link] before the first measured step
   LinkTraffic link_steps, link_harness;  // [two-host link] measured steps; the loop's own scalars
+  if (cfg.mem_limit_gb > 0) {
+    // Predicted up front (the predictor replays the strategy's allocations): a strategy that
+    // cannot fit is skipped with its predicted breakdown instead of being run into the limit.
+    // Every rank predicts the same, so every rank skips.
+    PredictConfig pc;
+    pc.model = model_shape(cfg.model);
+    pc.world = N;
+    pc.ranks_per_node = topo.ranks_per_node();
+    pc.batch_per_rank = b;
+    pc.options = cfg.options;
+    pc.mem_limit_gb = cfg.mem_limit_gb;
+    const Prediction p = predict(pc, name, load_cluster("cpu-local"), &topo);
+    if (!p.fits) {
+      run.status = "oom";
+      run.error = "out of memory (predicted before running): peak " + std::to_string(p.peak) +
+                  " bytes per rank exceeds --mem-limit-gb " + std::to_string(cfg.mem_limit_gb) +
+                  " (" + MemoryTracker::format_breakdown(p.at_peak) + ")";
+      return run;
+    }
+  }
   try {
     model = std::make_unique<GptModel>(cfg.model, b, device, memory);
     strategy = entry->make(StrategyContext{layout, comm, device, memory, cfg.options});

@@ -58,13 +58,14 @@ TEST(PredictJson, PredictForRunMatchesThePredictorOnTheRunsShape) {
     const Prediction q = predict(cfg, s, cl);
     EXPECT_EQ(p["comm"]["per_step"]["sent_bytes_inter"].get<uint64_t>(), q.traffic.sent_inter) << s;
     EXPECT_EQ(p["memory"]["peak_bytes_per_rank"].get<uint64_t>(), q.peak) << s;
-    // A result carrying exactly the predicted numbers has residuals of 1.
+    // A result carrying exactly the predicted numbers has residuals of 0 and ratios of 1.
     nlohmann::json result = p;
     result["step_time_s"] = {{"median", p["step_time_s"]["predicted"]}};
     const nlohmann::json res = prediction_residuals(p, result);
-    EXPECT_DOUBLE_EQ(res["peak_bytes_per_rank"].get<double>(), 1.0);
-    EXPECT_DOUBLE_EQ(res["sent_bytes_intra"].get<double>(), 1.0);
-    EXPECT_DOUBLE_EQ(res["step_time_s"].get<double>(), 1.0);
+    for (const char* k : {"peak_bytes_per_rank", "sent_bytes_intra", "step_time_s"}) {
+      EXPECT_DOUBLE_EQ(res["ratio"][k].get<double>(), 1.0) << k;
+      EXPECT_DOUBLE_EQ(res["residual"][k].get<double>(), 0.0) << k;
+    }
   }
 }
 
