@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness/comm/mpi_runtime.h"
+#include "harness/device/cpu_device.h"
 #include "harness/device/device.h"
 #include "harness/model/gpt.h"
 #include "harness/run/report.h"
@@ -354,6 +355,7 @@ void print_usage() {
 }  // namespace sb
 
 int main(int argc, char** argv) {
+  sb::select_blas_kernels(argv);  // the same BLAS kernels as shardbench: the same ceiling
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0) {
       sb::print_usage();

@@ -6,13 +6,16 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/cli/run_options.h"
+#include "harness/device/cpu_device.h"
 
 namespace sb {  // bench/cli/predict_command.cc
 void add_predict_command(CLI::App& app);
 int predict_command();
 }  // namespace sb
 
+
 int main(int argc, char** argv) {
+  sb::select_blas_kernels(argv);
   CLI::App app{"shardbench: which data-parallel sharding strategy should we run, and what does it cost?"};
   app.require_subcommand(1);
   sb::RunArgs run_args;

@@ -14,6 +14,9 @@
 
 #include <fmt/format.h>
 
+extern "C" char* openblas_get_config();    // OpenBLAS: build configuration string
+extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
+
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
@@ -55,6 +58,10 @@ double measure_sgemm_gflops() {
 int launch_mpirun(const RunArgs& a, int argc, char** argv) {
   std::vector<std::string> args = {"mpirun", "-np", std::to_string(a.np), "--oversubscribe",
                                    "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS=1"};
+  if (std::getenv("OPENBLAS_CORETYPE")) {  // the kernel choice of select_blas_kernels
+    args.push_back("-x");
+    args.push_back("OPENBLAS_CORETYPE");
+  }
   if (geteuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -188,7 +195,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   }
   env.device_name = device->name();
   env.mpi_version = mpi.library_version();
-  env.blas_version = "OpenBLAS";
+  env.blas_version = std::string("OpenBLAS ") + openblas_get_config() + " core " +
+                     openblas_get_corename();
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
 
   // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.

@@ -4,6 +4,10 @@
 // threading here: one rank is one core.
 #include "harness/device/cpu_device.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -333,5 +337,15 @@ void CpuDevice::f32_to_bf16(uint16_t* dst, const float* src, size_t n) {
 }
 
 std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+void select_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("SB_KEEP_BLAS_CORETYPE")) return;
+  __builtin_cpu_init();
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+    return;
+  setenv("OPENBLAS_CORETYPE", "SKYLAKEX", 1);
+  execv("/proc/self/exe", argv);  // on failure, carry on with OpenBLAS's own choice
+}
 
 }  // namespace sb

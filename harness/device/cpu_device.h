@@ -51,4 +51,11 @@ class CpuDevice final : public Device {
   void f32_to_bf16(uint16_t* dst, const float* src, size_t n) override;
 };
 
+// Debian's OpenBLAS 0.3.21 maps AVX-512 AMD CPUs (Zen 4) to its Haswell (AVX2) kernels; its
+// SkylakeX kernels run ~1.8x faster there. OpenBLAS reads OPENBLAS_CORETYPE when it loads, so
+// on an AVX-512 CPU with the variable unset this sets it and re-executes the program (same
+// pid, so mpirun and srun still track it). Call first thing in main. SB_KEEP_BLAS_CORETYPE=1
+// keeps OpenBLAS's own choice.
+void select_blas_kernels(char** argv);
+
 }  // namespace sb
