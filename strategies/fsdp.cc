@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "harness/common/check.h"
+#include "strategies/fsdp_plan.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -41,11 +42,11 @@ class Fsdp final : public Strategy {
   void setup() override {
     const auto& o = ctx_.options;
     const int S = group_size(desc_.shard_group), r = group_index(desc_.shard_group);
-    const std::vector<std::vector<int>> unit_tensors = wrap_units();
-    units_.resize(unit_tensors.size());
+    plan_ = FsdpPlan::build(ctx_.model, ctx_.options.wrap);
+    units_.resize(plan_.unit_tensors.size());
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& U = units_[u];
-      U.flat = FlatLayout::build(ctx_.model, unit_tensors[u], S);
+      U.flat = FlatLayout::build(ctx_.model, plan_.unit_tensors[u], S);
       const uint64_t shard = U.flat.shard_size(S);
       U.shard = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), shard);
       U.grad_shard = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), shard);
@@ -53,51 +54,37 @@ class Fsdp final : public Strategy {
                                                  o.param_dtype(), o.adamw, o.seed, ctx_.device,
                                                  ctx_.memory);
       U.optim->init_params(U.shard.data());
-      for (int t : unit_tensors[u]) unit_of_tensor_[t] = int(u);
     }
-    // Module -> unit, and each unit's first/last module in forward and backward order.
-    const int M = int(ctx_.model.modules.size());
-    for (int m = 0; m < M; ++m) {
-      const int u = unit_of_tensor_[ctx_.model.modules[m].tensors.front()];
-      unit_of_module_.push_back(u);
-      Unit& U = units_[u];
-      if (U.first_fwd < 0) U.first_fwd = m;
-      U.last_fwd = m;
-      if (U.last_bwd < 0) U.last_bwd = m;  // the lowest module index runs last in backward
-    }
-    for (int m = M - 1; m >= 0; --m) {
-      Unit& U = units_[unit_of_module_[m]];
-      if (U.first_bwd < 0) U.first_bwd = m;
-    }
-    root_ = unit_of_module_[0];
   }
 
   void on_pre_forward(int m) override {
-    const int u = unit_of_module_[m];
+    const int u = plan_.unit_of_module[m];
     gather(u);
-    if (ctx_.options.forward_prefetch && m == units_[u].first_fwd) gather(next_unit(m, +1));
+    if (ctx_.options.forward_prefetch && m == plan_.spans[u].first_fwd)
+      gather(plan_.next_unit(m, +1));
     wait_gathered(u);
   }
 
   void on_post_forward(int m) override {
-    const int u = unit_of_module_[m];
-    if (m == units_[u].last_fwd && u != root_ && desc_.reshard_after_forward) units_[u].full.reset();
+    const int u = plan_.unit_of_module[m];
+    if (m == plan_.spans[u].last_fwd && u != plan_.root && desc_.reshard_after_forward)
+      units_[u].full.reset();
   }
 
   void on_pre_backward(int m) override {
-    const int u = unit_of_module_[m];
+    const int u = plan_.unit_of_module[m];
     gather(u);
-    if (m == units_[u].first_bwd && ctx_.options.backward_prefetch == BackwardPrefetch::kPre)
-      gather(next_unit(m, -1));  // BACKWARD_PRE: before this unit's gradient computation
+    if (m == plan_.spans[u].first_bwd && ctx_.options.backward_prefetch == BackwardPrefetch::kPre)
+      gather(plan_.next_unit(m, -1));  // BACKWARD_PRE: before this unit's gradient computation
     wait_gathered(u);
   }
 
   void on_post_backward(int m) override {
-    const int u = unit_of_module_[m];
+    const int u = plan_.unit_of_module[m];
     Unit& U = units_[u];
-    if (m != U.last_bwd) return;
+    if (m != plan_.spans[u].last_bwd) return;
     if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
-      gather(next_unit(m, -1));  // BACKWARD_POST: after it, before its reduce-scatter
+      gather(plan_.next_unit(m, -1));  // BACKWARD_POST: after it, before its reduce-scatter
     const GroupKind g = desc_.shard_group;
     // after this reduce-scatter each rank holds its shard of the unit's grads, summed over the
     // shard group
@@ -142,11 +129,11 @@ class Fsdp final : public Strategy {
 
  protected:
   std::pair<const void*, DType> param_storage(int t) override {
-    Unit& U = units_[unit_of_tensor_[t]];
+    Unit& U = units_[plan_.unit_of_tensor[t]];
     return {U.full.at(U.flat.find(t)->offset), U.full.dtype()};
   }
   std::pair<void*, DType> grad_storage(int t) override {
-    Unit& U = units_[unit_of_tensor_[t]];
+    Unit& U = units_[plan_.unit_of_tensor[t]];
     if (U.full_grad.empty())  // the unsharded grad lives from the unit's backward to its RS
       U.full_grad = TypedBuffer(ctx_.memory, MemCategory::kGrads, ctx_.options.grad_dtype(),
                                 U.flat.padded);
@@ -159,34 +146,7 @@ class Fsdp final : public Strategy {
     TypedBuffer shard, grad_shard, full, full_grad;
     std::unique_ptr<ShardOptimizer> optim;
     CommHandle gather, reduce;
-    int first_fwd = -1, last_fwd = -1, first_bwd = -1, last_bwd = -1;
   };
-
-  // --wrap: block (one unit per block + root), model (one unit), every-K (K blocks per unit).
-  std::vector<std::vector<int>> wrap_units() const {
-    const auto& model = ctx_.model;
-    const int L = model.config.n_layer;
-    int k = L;  // "model": every block joins the root
-    if (ctx_.options.wrap == "block") k = 1;
-    else if (ctx_.options.wrap.rfind("every-", 0) == 0) k = std::stoi(ctx_.options.wrap.substr(6));
-    const bool whole = ctx_.options.wrap == "model";
-    std::vector<std::vector<int>> units(whole ? 1 : 1 + (L + k - 1) / k);
-    for (size_t t = 0; t < model.tensors.size(); ++t) {
-      const int seg = model.tensors[t].segment;
-      const bool root = whole || seg == 0 || seg == L + 1;
-      units[root ? 0 : 1 + (seg - 1) / k].push_back(int(t));
-    }
-    return units;
-  }
-
-  // The unit of the first module after m (step +1: forward, -1: backward) that belongs to
-  // another unit; -1 when none runs later in this pass (nothing to prefetch past the end).
-  int next_unit(int m, int step) const {
-    const int u = unit_of_module_[m];
-    for (int i = m + step; i >= 0 && i < int(unit_of_module_.size()); i += step)
-      if (unit_of_module_[i] != u) return unit_of_module_[i];
-    return -1;
-  }
 
   // Issue the unit's all-gather unless it is whole already or on its way.
   void gather(int u) {
@@ -226,10 +186,8 @@ class Fsdp final : public Strategy {
   }
 
   StrategyDescription desc_;
+  FsdpPlan plan_;
   std::vector<Unit> units_;
-  std::vector<int> unit_of_tensor_ = std::vector<int>(ctx_.model.tensors.size(), -1);
-  std::vector<int> unit_of_module_;
-  int root_ = 0;
   std::deque<int> inflight_, reducing_;
 };
 

@@ -2,17 +2,12 @@
 // directly from (seed, s) without generating the samples before it.
 #include "harness/model/data.h"
 
+#include "harness/common/hash.h"
+
 #include "harness/common/check.h"
 
 namespace sb {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 uint64_t hash(uint64_t seed, uint64_t sample, uint64_t salt = 0) {
   return splitmix64(splitmix64(seed ^ 0xda7a5eedull) ^ splitmix64(sample * 2 + 1) ^

@@ -2,18 +2,13 @@
 // projections scaled by 1/sqrt(2L), zero biases, unit LayerNorm gains.
 #include "harness/model/layout.h"
 
+#include "harness/common/hash.h"
+
 #include <algorithm>
 #include <cmath>
 
 namespace sb {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Standard normal from a counter (Box-Muller on two hashed uniforms).
 float normal_at(uint64_t seed, uint64_t tensor, uint64_t i) {

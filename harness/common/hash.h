@@ -1,0 +1,16 @@
+// splitmix64 (Steele, Lea & Flood 2014): the counter-based hash behind the deterministic
+// initial parameters and synthetic data, so any element or sample is computed directly.
+#pragma once
+
+#include <cstdint>
+
+namespace sb {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace sb
