@@ -41,9 +41,10 @@ Cluster gpu_node(const char* name, const char* device, const char* cuda_name, do
 }
 
 // cpu-local: this machine (2-core AMD EPYC, 25.3 GB RAM, OpenMPI 4.1.4 shared memory),
-// measured 2026-11-29 under the load of other builds (load average ~6, so figures are low):
-// - single-core sgemm 48.8 GFLOP/s: `shardbench run --np 1 --model small --strategies ddp`
-//   (the run's own n=768 sgemm probe, throughput.peak_flops), MFU of that run 1.03 -> 1.0;
+// measured 2026-11-29 on the idle machine (load average < 1), OpenBLAS Haswell kernels:
+// - single-core sgemm 99-103 GFLOP/s (the run's n=768 probe, throughput.peak_flops) and a
+//   `small` step at 80-86 % of it: `shardbench run --np 1 --model small --strategies ddp
+//   --batch 4 --steps 5` (step 0.161-0.167 s for 13.69 GFLOP) -> peak 100e9, efficiency 0.82;
 // - ring all-gather / all-reduce of the suite's ring backend (MPI_Sendrecv, shared memory),
 //   timed by a 60-line program on Communicator (fp32, 64 B..64 MiB, median of 5-30, max over
 //   ranks): 2 ranks ~10 us per step, 1.4 GB/s per rank at >= 16 MiB; 4 ranks on the 2 cores
@@ -52,8 +53,8 @@ Cluster cpu_local() {
   Cluster c;
   c.name = "cpu-local";
   c.device = "1 CPU core (OpenBLAS, single thread)";
-  c.peak_flops_bf16 = c.peak_flops_fp32 = 48.8e9;  // the workload computes in fp32 on CPU
-  c.compute_efficiency = 1.0;
+  c.peak_flops_bf16 = c.peak_flops_fp32 = 100e9;  // the workload computes in fp32 on CPU
+  c.compute_efficiency = 0.82;
   c.comm_efficiency = 1.0;  // the bandwidth below is already the achieved one
   c.device_memory_bytes = 25.3e9;
   c.ranks_per_node = 2;
