@@ -64,7 +64,12 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   p.comm_s = p.traffic.comm_s;
   p.exposed_s = p.traffic.exposed_s;
   p.total_no_overlap_s = p.compute_s + p.comm_s;
-  p.total_overlap_s = std::max(p.compute_s, p.comm_s - p.exposed_s) + p.exposed_s;
+  // Overlap needs idle hardware for the communication: where ranks outnumber cores (the
+  // oversubscribed CPU case) the comm thread's copies and polling take the same cores as the
+  // compute, so nothing hides and the step is the sum.
+  p.total_overlap_s = cluster.oversubscription(N) > 1.0
+                          ? p.total_no_overlap_s
+                          : std::max(p.compute_s, p.comm_s - p.exposed_s) + p.exposed_s;
   p.step_s = cfg.options.overlap ? p.total_overlap_s : p.total_no_overlap_s;
   if (p.step_s > 0) {
     p.tokens_per_s = double(tokens) * N / p.step_s;
