@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./ci/build.sh
 ./build/shardbench run --np 4 --ranks-per-node 2 --model small --strategies all \
-  --steps 5 --warmup 1 --batch 4 --out results/latest.json "$@"
+  --steps 10 --warmup 2 --batch 4 --out results/latest.json "$@"
 /usr/bin/python3 plots/plot_results.py results/latest.json --out plots/out
 echo "plots: plots/out/"
