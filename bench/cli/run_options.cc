@@ -45,6 +45,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_option("--peak-gflops", a.peak_gflops,
                   "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
+  app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
+      ->capture_default_str();
   app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
   app->add_flag("--quiet", a.quiet, "No progress lines");
   app->add_option("--timeout-s", a.timeout_s,
@@ -89,6 +91,16 @@ RunConfig to_run_config(const RunArgs& a) {
     throw UsageError(e.what());
   }
   c.model.tied_head = !a.untied_head;
+  require(a.seq >= 0, "--seq", a.seq, ">= 0 (0 = the model's context)");
+  if (a.seq > 0) {
+    c.model.context = c.model.seq_len;  // the model keeps its positions; samples get shorter
+    c.model.seq_len = a.seq;
+    try {
+      validate(c.model);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
   require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
   require(a.hosts.empty() || a.hosts == "netns", "--hosts", a.hosts, "netns");

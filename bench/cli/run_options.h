@@ -37,6 +37,7 @@ struct RunArgs {
   std::string device = "cpu";
   std::string out = "results/latest.json";
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
+  int seq = 0;  // tokens per sample; 0 = the model's context
   bool untied_head = false;
   bool quiet = false;
   std::string inject_fault;

@@ -42,12 +42,16 @@ void validate(const GptConfig& c) {
     bad("heads H=" + std::to_string(c.n_head) + " must divide the width C=" +
         std::to_string(c.n_embd));
   if (c.seq_len < 1 || c.seq_len > 65536) bad("context T must be in 1..65536");
+  if (c.context > 0 && c.seq_len > c.context)
+    throw std::invalid_argument("--seq " + std::to_string(c.seq_len) +
+                                ": longer than the model's context T=" +
+                                std::to_string(c.context) + " of --model " + c.name);
   if (c.vocab < 2 || c.vocab > 1 << 24) bad("vocabulary V must be in 2..16777216");
 }
 
 GptConfig parse_model(std::string_view spec) {
   for (const auto& p : kPresets) {
-    if (spec == p.name) return GptConfig{p.name, p.L, p.C, p.H, p.T, p.V, true};
+    if (spec == p.name) return GptConfig{p.name, p.L, p.C, p.H, p.T, p.V, 0, true};
   }
   int v[5];
   size_t pos = 0;
@@ -62,13 +66,13 @@ GptConfig parse_model(std::string_view spec) {
                                   "' is not an integer; allowed: " + allowed());
     pos = end + 1;
   }
-  GptConfig c{std::string(spec), v[0], v[1], v[2], v[3], v[4], true};
+  GptConfig c{std::string(spec), v[0], v[1], v[2], v[3], v[4], 0, true};
   validate(c);
   return c;
 }
 
 uint64_t count_params(const GptConfig& c) {
-  const uint64_t C = c.n_embd, L = c.n_layer, T = c.seq_len, V = c.vocab;
+  const uint64_t C = c.n_embd, L = c.n_layer, T = c.positions(), V = c.vocab;
   // per block: ln1 2C, qkv 3C*C+3C, proj C*C+C, ln2 2C, fc 4C*C+4C, fcproj 4C*C+C
   const uint64_t block = 12 * C * C + 13 * C;
   return V * C + T * C + L * block + 2 * C + (c.tied_head ? 0 : V * C);

@@ -14,9 +14,12 @@ struct GptConfig {
   int n_layer = 2;      // L
   int n_embd = 32;      // C
   int n_head = 4;       // H
-  int seq_len = 16;     // T: context length; every sample is T tokens (+1 target)
+  int seq_len = 16;     // T: tokens per training sample (+1 target); the context by default
   int vocab = 64;       // V
+  int context = 0;      // positions the model has (wpe rows); 0 = seq_len. run --seq S sets
+                        // seq_len = S <= context = the preset's T.
   bool tied_head = true;  // LM head shares the token embedding (GPT-2)
+  int positions() const { return context > 0 ? context : seq_len; }
 };
 
 std::vector<std::string> preset_names();

@@ -44,7 +44,7 @@ std::vector<int> ModelLayout::uses_per_pass() const {
 ModelLayout make_layout(const GptConfig& c) {
   ModelLayout l;
   l.config = c;
-  const int C = c.n_embd, V = c.vocab, T = c.seq_len, L = c.n_layer;
+  const int C = c.n_embd, V = c.vocab, T = c.positions(), L = c.n_layer;
   l.num_segments = L + 2;
   auto tensor = [&](std::string name, std::vector<int> shape, int seg, bool decay, InitKind init) {
     uint64_t n = 1;

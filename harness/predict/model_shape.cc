@@ -36,7 +36,7 @@ void finish(ModelShape& s) {
 std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
          std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
-         std::to_string(c.vocab) + (c.tied_head ? "t" : "u");
+         std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u");
 }
 
 std::mutex g_mu;
@@ -55,7 +55,7 @@ std::vector<std::string> predict_model_aliases() {
 
 GptConfig parse_predict_model(const std::string& spec) {
   for (const Alias& a : kAliases)
-    if (spec == a.name) return GptConfig{a.name, a.L, a.C, a.H, 2048, 50304, true};
+    if (spec == a.name) return GptConfig{a.name, a.L, a.C, a.H, 2048, 50304, 0, true};
   try {
     return parse_model(spec);
   } catch (const std::invalid_argument& e) {

@@ -73,7 +73,8 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
   const auto& m = cfg.model;
   return json{
       {"model", {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
-                 {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"vocab", m.vocab},
+                 {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
+                 {"vocab", m.vocab},
                  {"tied_head", m.tied_head}}},
       {"params", count_params(m)},
       {"world_size", topo.world_size()},

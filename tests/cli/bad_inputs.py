@@ -35,6 +35,8 @@ CASES = [
     (["run", "--model", "tiny", "--device", "tpu"], "--device"),
     (["run", "--model", "tiny", "--np", "3", "--ranks-per-node", "2"], "--ranks-per-node"),
     (["run", "--model", "tiny", "--inject-fault", "1:x:boom"], "--inject-fault"),
+    (["run", "--model", "tiny", "--seq", "17"], "context"),
+    (["run", "--model", "tiny", "--seq", "-3"], "--seq"),
     (["run", "--model", "tiny", "--bogus-flag"], "bogus"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
