@@ -12,7 +12,7 @@
 # To accept a run as the new baseline after review:
 #   cp results/nightly/<date>.json results/baseline/latest.json
 #
-# Knobs (environment): NP=4 RANKS_PER_NODE=2 MODEL=small STEPS=8 WARMUP=2 STRATEGIES=all
+# Knobs (environment): NP=4 RANKS_PER_NODE=2 MODEL=small STEPS=10 WARMUP=2 STRATEGIES=all
 #   BENCH_NP=2 THRESHOLD_PCT=5 BASELINE=results/baseline/latest.json SKIP_BUILD=0 JOBS=2
 # Exit status: 0 all good; 1 a regression against the baseline; 2 a step failed (build,
 #   run, invalid results, micro-benchmarks, plots, or an incomparable baseline); 3 already
@@ -25,7 +25,7 @@ cd "$ROOT" || exit 2
 NP="${NP:-4}"
 RANKS_PER_NODE="${RANKS_PER_NODE:-2}"
 MODEL="${MODEL:-small}"
-STEPS="${STEPS:-8}"
+STEPS="${STEPS:-10}"
 WARMUP="${WARMUP:-2}"
 STRATEGIES="${STRATEGIES:-all}"
 BENCH_NP="${BENCH_NP:-2}"
