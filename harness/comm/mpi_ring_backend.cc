@@ -1,0 +1,146 @@
+// The ring MPI backend: every collective is a ring of MPI_Sendrecv over the group's
+// communicator, and each transfer is counted by hop class at the one send site (the
+// *measurement* that the ring model in ledger.cc must equal). No Ledger, no memory tracker:
+// scratch here is backend-private.
+#include <algorithm>
+
+#include "harness/comm/mpi_backend_base.h"
+
+namespace sb::mpi_detail {
+namespace {
+
+// ---- ring: Sendrecv to the next position, from the previous one ----------------------------
+class RingBackend final : public MpiBackendBase {
+ public:
+  using MpiBackendBase::MpiBackendBase;
+  std::string name() const override { return "mpi-ring"; }
+
+  HopBytes run(const CollectiveOp& op, bool* counted) override {
+    sent_ = HopBytes{};
+    op_ = &op;
+    es_ = dtype_bytes(op.dtype);
+    *counted = op.kind != CollKind::kBarrier;
+    const int n = op.group->size();
+    if (n == 1) {
+      local_copy(op);
+      return sent_;
+    }
+    switch (op.kind) {
+      case CollKind::kAllReduce: all_reduce(); break;
+      case CollKind::kReduceScatter: reduce_scatter(); break;
+      case CollKind::kAllGather: all_gather(); break;
+      case CollKind::kBroadcast: broadcast(); break;
+      case CollKind::kBarrier:
+        // after this barrier every rank of the group has reached it (no payload: not counted)
+        MPI_Barrier(comm(*op.group));
+        break;
+    }
+    return sent_;
+  }
+
+ private:
+  static constexpr size_t kPipelineBytes = size_t(1) << 19;  // broadcast chain piece
+
+  char* at(void* base, size_t elem) const { return static_cast<char*>(base) + elem * es_; }
+  const char* at(const void* base, size_t elem) const {
+    return static_cast<const char*>(base) + elem * es_;
+  }
+  Chunk chunk(int c) const {
+    return ring_chunk(op_->count, op_->group->size(), wrap(c, op_->group->size()));
+  }
+
+  // Sends scount elements to group position dst while receiving rcount from src (-1: none), in
+  // pieces of at most max_elems_. The single send site: every byte sent is counted here.
+  void xfer(const void* sbuf, size_t scount, int dst, void* rbuf, size_t rcount, int src) {
+    const Group& g = *op_->group;
+    if (dst < 0) scount = 0;
+    if (src < 0) rcount = 0;
+    for (size_t so = 0, ro = 0; so < scount || ro < rcount;) {
+      const size_t sn = std::min(scount - so, max_elems_), rn = std::min(rcount - ro, max_elems_);
+      MPI_Sendrecv(at(sbuf, so), int(sn), mpi_type(op_->dtype), sn ? dst : MPI_PROC_NULL, 0,
+                   at(rbuf, ro), int(rn), mpi_type(op_->dtype), rn ? src : MPI_PROC_NULL, 0,
+                   comm(g), MPI_STATUS_IGNORE);
+      if (sn > 0) {
+        const int me = g.ranks[g.index], peer = g.ranks[dst];
+        (topo_.same_node(me, peer) ? sent_.intra : sent_.inter) += uint64_t(sn) * es_;
+      }
+      so += sn;
+      ro += rn;
+    }
+  }
+
+  void all_reduce() {
+    const int n = op_->group->size(), i = op_->group->index;
+    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    void* buf = op_->recv;
+    void* tmp = scratch(chunk(0).len * es_, 0);
+    for (int s = 0; s < n - 1; ++s) {  // the reduce-scatter schedule over ring_chunk(count, n, .)
+      const Chunk sc = chunk(i - 1 - s), rc = chunk(i - 2 - s);
+      xfer(at(buf, sc.begin), sc.len, next, tmp, rc.len, prev);
+      sum_to(at(buf, rc.begin), at(buf, rc.begin), tmp, rc.len, op_->dtype);
+    }
+    // here position i holds the full sum of chunk i; the all-gather below hands it round
+    for (int s = 0; s < n - 1; ++s) {
+      const Chunk sc = chunk(i - s), rc = chunk(i - 1 - s);
+      xfer(at(buf, sc.begin), sc.len, next, at(buf, rc.begin), rc.len, prev);
+    }
+  }
+
+  // Position i, step s: send the partial sum of chunk i-1-s, receive chunk i-2-s and add own;
+  // after n-1 steps position i holds the sum of chunk i. recv may alias block i of send (read
+  // only at the last step, element by element, as it is written).
+  void reduce_scatter() {
+    const int n = op_->group->size(), i = op_->group->index;
+    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    const size_t m = op_->count / size_t(n);
+    void* acc = scratch(m * es_, 0);
+    void* tmp = scratch(m * es_, 1);
+    for (int s = 0; s < n - 1; ++s) {
+      const Chunk sc = chunk(i - 1 - s), rc = chunk(i - 2 - s);
+      xfer(s == 0 ? at(op_->send, sc.begin) : acc, m, next, tmp, m, prev);
+      sum_to(s == n - 2 ? op_->recv : acc, tmp, at(op_->send, rc.begin), m, op_->dtype);
+    }
+  }
+
+  void all_gather() {
+    const int n = op_->group->size(), i = op_->group->index;
+    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    void* recv = op_->recv;
+    const Chunk own = chunk(i);
+    if (op_->send != at(recv, own.begin))
+      std::memmove(at(recv, own.begin), op_->send, own.len * es_);
+    for (int s = 0; s < n - 1; ++s) {
+      const Chunk sc = chunk(i - s), rc = chunk(i - 1 - s);
+      xfer(at(recv, sc.begin), sc.len, next, at(recv, rc.begin), rc.len, prev);
+    }
+  }
+
+  // A chain from the root along the ring, pipelined: piece k moves on while k+1 arrives.
+  void broadcast() {
+    const int n = op_->group->size(), i = op_->group->index;
+    const int p = wrap(i - op_->root_index, n);  // my place in the chain
+    const int next = p < n - 1 ? wrap(i + 1, n) : -1, prev = p > 0 ? wrap(i - 1, n) : -1;
+    const size_t piece = std::min(max_elems_, std::max<size_t>(1, kPipelineBytes / es_));
+    const size_t pieces = (op_->count + piece - 1) / piece;
+    void* buf = op_->recv;
+    auto len = [&](size_t k) { return std::min(piece, op_->count - k * piece); };
+    for (size_t t = 0; t <= pieces; ++t) {
+      const bool send = (p == 0 ? t < pieces : t >= 1), recv = p > 0 && t < pieces;
+      const size_t sk = p == 0 ? t : t - 1;
+      xfer(send ? at(buf, sk * piece) : nullptr, send ? len(sk) : 0, next,
+           recv ? at(buf, t * piece) : nullptr, recv ? len(t) : 0, prev);
+    }
+  }
+
+  const CollectiveOp* op_ = nullptr;
+  size_t es_ = 4;
+  HopBytes sent_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommBackend> make_ring_backend(const Topology& topo, size_t max_elems) {
+  return std::make_unique<RingBackend>(topo, max_elems);
+}
+
+}  // namespace sb::mpi_detail
