@@ -82,32 +82,27 @@ std::string MpiRuntime::library_version() const {
   return s;
 }
 
+namespace {
+// One scalar reduced over the world; after this all-reduce every rank holds the result.
+template <class T>
+T reduce_scalar(T v, MPI_Datatype type, MPI_Op op, const char* what) {
+  Watchdog::Scope watch(std::string(what) + " over ranks (MPI_Allreduce on the world) on the main thread");
+  MPI_Allreduce(MPI_IN_PLACE, &v, 1, type, op, MPI_COMM_WORLD);
+  return v;
+}
+}  // namespace
+
 double MpiRuntime::max_over_ranks(double v) const {
-  Watchdog::Scope watch("max over ranks (MPI_Allreduce on the world) on the main thread");
-  // after this all-reduce every rank holds the maximum
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return v;
+  return reduce_scalar(v, MPI_DOUBLE, MPI_MAX, "max");
 }
-
 double MpiRuntime::sum_over_ranks(double v) const {
-  Watchdog::Scope watch("sum over ranks (MPI_Allreduce on the world) on the main thread");
-  // after this all-reduce every rank holds the sum
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return v;
+  return reduce_scalar(v, MPI_DOUBLE, MPI_SUM, "sum");
 }
-
 uint64_t MpiRuntime::max_over_ranks_u64(uint64_t v) const {
-  Watchdog::Scope watch("max over ranks (MPI_Allreduce on the world) on the main thread");
-  // after this all-reduce every rank holds the maximum
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  return v;
+  return reduce_scalar(v, MPI_UINT64_T, MPI_MAX, "max");
 }
-
 uint64_t MpiRuntime::sum_over_ranks_u64(uint64_t v) const {
-  Watchdog::Scope watch("sum over ranks (MPI_Allreduce on the world) on the main thread");
-  // after this all-reduce every rank holds the sum
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  return v;
+  return reduce_scalar(v, MPI_UINT64_T, MPI_SUM, "sum");
 }
 
 std::vector<double> MpiRuntime::gather_to_root(double v) const {
