@@ -31,37 +31,25 @@ __device__ float warp_max(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Block-wide reductions for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
-__device__ float block_sum(float v) {
+// Block-wide reduction for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+template <float (*WarpOp)(float)>
+__device__ float block_reduce(float v, float identity) {
   __shared__ float sh[kWarp];
   __shared__ float total;
   int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_sum(v);
+  v = WarpOp(v);
   if (lane == 0) sh[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? sh[lane] : 0.f;
-    s = warp_sum(s);
+    float s = lane < int(blockDim.x / kWarp) ? sh[lane] : identity;
+    s = WarpOp(s);
     if (lane == 0) total = s;
   }
   __syncthreads();
   return total;
 }
-__device__ float block_max(float v) {
-  __shared__ float sh[kWarp];
-  __shared__ float total;
-  int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_max(v);
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? sh[lane] : -INFINITY;
-    s = warp_max(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  return total;
-}
+__device__ float block_sum(float v) { return block_reduce<warp_sum>(v, 0.f); }
+__device__ float block_max(float v) { return block_reduce<warp_max>(v, -INFINITY); }
 
 // ---- elementwise ------------------------------------------------------------------------------
 __global__ void add_bias_kernel(float* out, const float* b, size_t rows, int cols) {
