@@ -75,9 +75,8 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
         impl->queue.pop_front();
       }
       const CollectiveOp& op = task.op;
-      bool counted = false;
       const auto t0 = Clock::now();
-      HopBytes sent;
+      BackendResult res;
       {
         const Group& g = *op.group;
         const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
@@ -86,9 +85,9 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
                               std::to_string(op.count) + " x " + dtype_name(op.dtype) +
                               (task.tag.empty() ? "" : ", " + task.tag) +
                               ") waiting on ring predecessor rank " + std::to_string(prev));
-        sent = impl->backend->run(op, &counted);
+        res = impl->backend->run(op);
       }
-      const double time_s = double(ns_since(t0)) * 1e-9;
+      const double wall_s = double(ns_since(t0)) * 1e-9;
       LedgerEntry e;
       e.kind = op.kind;
       e.group = op.group->kind;
@@ -96,11 +95,13 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
       e.count = op.count;
       e.dtype = op.dtype;
       e.payload_bytes = uint64_t(op.count) * dtype_bytes(op.dtype);
-      e.sent = counted
-                   ? sent
+      e.sent = res.counted
+                   ? res.sent
                    : ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
-      e.counted = counted;
-      e.time_s = time_s;
+      e.counted = res.counted;
+      // A device-timed backend's own interval; the wall clock would include its stream's wait
+      // for compute.
+      e.time_s = res.device_seconds >= 0 ? res.device_seconds : wall_s;
       e.tag = std::move(task.tag);
       ledger_.record(e);  // only this thread appends; readers wait for synchronize()
       {

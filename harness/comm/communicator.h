@@ -26,13 +26,21 @@ struct CollectiveOp {
   int root_index = 0;          // broadcast root, as an index into group->ranks
 };
 
+// What a backend reports about one collective it ran.
+struct BackendResult {
+  HopBytes sent;         // bytes this rank sent, by hop class; meaningful only when counted
+  bool counted = false;  // true: sent was summed from real transfers; false: use the ring model
+  // >= 0: the backend timed the collective on its own stream (CUDA events), excluding the
+  // wait for the compute stream; < 0: the Communicator's wall clock around run() is its time.
+  double device_seconds = -1;
+};
+
 class CommBackend {
  public:
   virtual ~CommBackend() = default;
   virtual std::string name() const = 0;  // "mpi-ring", "mpi-native", "nccl"
-  // Runs op to completion on the calling (comm) thread. Returns the bytes this rank sent,
-  // by hop class, when the backend counts its transfers; `counted` says whether it did.
-  virtual HopBytes run(const CollectiveOp& op, bool* counted) = 0;
+  // Runs op to completion on the calling (comm) thread.
+  virtual BackendResult run(const CollectiveOp& op) = 0;
 };
 
 class CommHandle {

@@ -32,7 +32,9 @@ struct LedgerEntry {
   uint64_t payload_bytes = 0;  // count * dtype bytes (nccl-tests' "size")
   HopBytes sent;               // this rank's sends, by hop class
   bool counted = false;        // true: summed from real transfers; false: ring model
-  double time_s = 0;           // from start to completion on the comm thread / stream
+  double time_s = 0;           // BackendResult::device_seconds when the backend timed it on
+                               // its stream (NCCL: events, without the wait for compute), else
+                               // wall clock around the backend's run() on the comm thread (MPI)
   std::string tag;             // optional label from the caller (unit name, bucket id)
 };
 

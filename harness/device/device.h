@@ -12,6 +12,14 @@
 
 namespace sb {
 
+// How a device's matmuls (gemm, linear layers, attention's scores and values) take their
+// operands. kBf16 is PyTorch autocast's bf16 matmul: operands rounded to bf16, products
+// accumulated in fp32, results stored in fp32 (tensor cores on a GPU).
+enum class MatmulPrecision { kFp32, kBf16 };
+inline const char* matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::kBf16 ? "bf16" : "fp32";
+}
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -23,6 +31,30 @@ class Device {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // Device memory as the device's allocator and driver see it; available only on a GPU.
+  struct MemoryInfo {
+    bool available = false;
+    uint64_t reserved_bytes = 0;       // held by the caching allocator: live + cached blocks
+    uint64_t peak_reserved_bytes = 0;  // since the last trim_memory()
+    uint64_t driver_used_bytes = 0;    // cudaMemGetInfo total - free: the whole GPU, so also
+                                       // NCCL's and cuBLAS's workspaces and the CUDA context
+    uint64_t driver_total_bytes = 0;
+  };
+  virtual MemoryInfo memory_info() { return {}; }
+  // Returns cached free blocks to the driver and restarts the reserved peak: between runs, so
+  // each strategy is measured from a clean device.
+  virtual void trim_memory() {}
+  virtual void reset_memory_peak() {}  // peak_reserved_bytes := reserved_bytes
+
+  // Switches the matmul precision; returns whether the device honours it (a device without a
+  // bf16 matmul stays fp32 and returns false for kBf16). bf16 operand copies are counted as
+  // kWorkspace in `workspace` until the precision is set back to kFp32, which releases them:
+  // the tracker must outlive that call.
+  virtual bool set_matmul_precision(MatmulPrecision p, MemoryTracker* workspace) {
+    (void)workspace;
+    return p == MatmulPrecision::kFp32;
+  }
 
   // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, op = transpose when trans_*.
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -54,6 +54,7 @@ Cluster cpu_local() {
   c.name = "cpu-local";
   c.device = "1 CPU core (OpenBLAS, single thread)";
   c.peak_flops_bf16 = c.peak_flops_fp32 = 100e9;  // the workload computes in fp32 on CPU
+  c.bf16_matmul = false;
   c.compute_efficiency = 0.82;
   c.comm_efficiency = 1.0;  // the bandwidth below is already the achieved one
   c.device_memory_bytes = 25.3e9;
@@ -120,6 +121,7 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"device_memory_bytes", c.device_memory_bytes},
           {"ranks_per_node", c.ranks_per_node},
           {"host_cores", c.host_cores},
+          {"bf16_matmul", c.bf16_matmul},
           {"intra", link(c.intra)},
           {"inter", link(c.inter)},
           {"source", c.source}};
@@ -139,6 +141,11 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.base_latency_s = num(j, "base_latency_s", c.base_latency_s);
   c.ranks_per_node = int(num(j, "ranks_per_node", c.ranks_per_node));
   c.host_cores = int(num(j, "host_cores", c.host_cores));
+  if (j.contains("bf16_matmul")) {
+    if (!j["bf16_matmul"].is_boolean())
+      throw std::invalid_argument("cluster key 'bf16_matmul' must be true or false");
+    c.bf16_matmul = j["bf16_matmul"].get<bool>();
+  }
   if (j.contains("intra")) c.intra = link_from(j["intra"], c.intra);
   if (j.contains("inter")) c.inter = link_from(j["inter"], c.inter);
   c.source = j.value("source", c.source);

@@ -30,6 +30,7 @@ struct Cluster {
   double device_memory_bytes = 0;   // per device
   double base_latency_s = 0;        // per collective, before its ring steps
   int ranks_per_node = 1;           // devices per node (the default --ranks-per-node)
+  bool bf16_matmul = true;          // bf16-mixed matmuls run in bf16 (CUDA); false: fp32 (CPU)
   int host_cores = 0;               // > 0: every rank shares one host (virtual nodes): the
                                     // cores and memory are divided among the world's ranks
   LinkClass intra, inter;

@@ -1,6 +1,7 @@
 // Model shapes for the predictor (see header): layouts from the run's make_layout, cached.
 #include "harness/predict/model_shape.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -122,6 +123,22 @@ const char* activation_formula() {
   return "4*(L*(18*B*T*C + 4*B*T + B*NH*T^2) + 15*B*T*C + 2*B*T + 2*B*T*V + B*NH*T^2) + "
          "8*B*T bytes: gpt.cc's fp32 activations kept for backward, one layer of activation "
          "gradients, full TxT attention probabilities (no flash attention), int32 tokens/targets";
+}
+
+uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
+  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, NH = c.n_head, V = c.vocab,
+                 BT = B * T;
+  // Slot A: the LM head's dlogits (dx and dW of its backward), fcproj's input / fc's dout, or
+  // one sequence's attention probabilities over all heads (batched per sequence).
+  const uint64_t a = std::max({BT * V, BT * 4 * C, NH * T * T});
+  // Slot B: the LM head's weight, fc/fcproj's 4C-wide input in their dW, or their weights.
+  const uint64_t b = std::max({V * C, BT * 4 * C, 4 * C * C});
+  return 2 * (a + b);
+}
+
+const char* bf16_operand_formula() {
+  return "2*(max(B*T*V, 4*B*T*C, NH*T^2) + max(V*C, 4*B*T*C, 4*C^2)) bytes: the CUDA device's bf16 "
+         "copies of the largest op(A) and op(B) matmul operands, kept while bf16 matmuls are on";
 }
 
 double predict_flops(const ModelShape& m, uint64_t tokens) {

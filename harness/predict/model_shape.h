@@ -55,6 +55,10 @@ std::vector<std::string> predict_model_aliases();
 //   all ×4 bytes, plus 2·BT int32 (tokens, targets).
 uint64_t activation_bytes(const GptConfig& c, int batch);
 const char* activation_formula();
+// Bytes of the CUDA device's two bf16 operand slots once a bf16-matmul step has run: each slot
+// holds the largest op(A) / op(B) operand of any matmul of the step (cuda_device.cu).
+uint64_t bf16_operand_bytes(const GptConfig& c, int batch);
+const char* bf16_operand_formula();
 
 // Model FLOPs of one step for `tokens` tokens: gpt.h's flops_per_step, or 6·Ψ·tokens for a
 // bare count (Kaplan et al. 2020's C ≈ 6N per token).

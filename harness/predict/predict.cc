@@ -31,7 +31,9 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   WalkEnv env{shape, p.description, cfg.options, N, G, mem, traffic};
   const uint64_t acts = shape.bare ? 0 : activation_bytes(shape.config, cfg.batch_per_rank);
   std::unique_ptr<StrategyWalk> walk = make_walk(env);
-  walk_training_step(*walk, env, acts);
+  const bool bf16_matmuls = env.bf16() && cluster.bf16_matmul && !shape.bare;
+  walk_training_step(*walk, env, acts,
+                     bf16_matmuls ? bf16_operand_bytes(shape.config, cfg.batch_per_rank) : 0);
   p.padded_params = walk->padded_params();
   p.state_params = mem.cur[int(MemCategory::kParams)];
   p.state_grads = mem.cur[int(MemCategory::kGrads)];

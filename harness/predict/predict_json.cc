@@ -121,6 +121,7 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
               {"cluster", cluster_json(cluster)},
               {"formulas",
                {{"activations", activation_formula()},
+                {"bf16_operands", bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
                 {"step_time",
                  "compute = flops / (peak * compute_efficiency) * max(1, world / host_cores); "

@@ -22,11 +22,15 @@ std::unique_ptr<StrategyWalk> make_walk(WalkEnv& env) {
   return make_bucket_walk(env);
 }
 
-void walk_training_step(StrategyWalk& w, WalkEnv& env, uint64_t activation_bytes) {
+void walk_training_step(StrategyWalk& w, WalkEnv& env, uint64_t activation_bytes,
+                        uint64_t bf16_operand_bytes) {
   const ModelLayout& l = env.shape.layout;
   MemWalk& mem = env.mem;
   const bool views = env.bf16() && !env.shape.bare;
   mem.alloc(MemCategory::kActivations, activation_bytes);  // GptModel's constructor
+  // The device's bf16 operand slots: grown to their largest during the warm-up steps, held
+  // through every measured step.
+  mem.alloc(MemCategory::kWorkspace, bf16_operand_bytes);
   w.setup();
   mem.reset_peak();
   env.in_step = true;

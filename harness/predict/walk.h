@@ -107,7 +107,8 @@ std::unique_ptr<StrategyWalk> make_fsdp_walk(WalkEnv& env);
 
 // Setup, activations, then one step in the model's order (forward 0..M-1, backward M-1..0)
 // with the compute views' fp32 workspaces of bf16-mixed. Leaves env.mem at the step's peak.
-void walk_training_step(StrategyWalk& w, WalkEnv& env, uint64_t activation_bytes);
+void walk_training_step(StrategyWalk& w, WalkEnv& env, uint64_t activation_bytes,
+                        uint64_t bf16_operand_bytes = 0);
 
 inline uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 

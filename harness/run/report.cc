@@ -83,6 +83,11 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"batch_per_rank", cfg.batch_per_rank},
       {"seq_len", m.seq_len},
       {"precision", precision_name(o.precision)},
+      // What the matmuls computed in: bf16-mixed asks for bf16 (trainer.cc); only the CUDA
+      // device has a bf16 matmul, the CPU device (Debian's OpenBLAS has no sbgemm) stays fp32.
+      {"matmul_precision", cfg.device == "cuda" ? matmul_precision_name(matmul_precision_for(
+                                                      o.precision))
+                                                : "fp32"},
       {"wrap", o.wrap},
       {"steps", cfg.steps},
       {"warmup", cfg.warmup},
@@ -152,6 +157,16 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                    {"optimizer", run.model_state_optimizer}}},
                  {"breakdown_at_peak", breakdown},
                  {"rss_hwm_bytes", run.rss_hwm_bytes}};
+  // GPU: the cross-check of the tracker from below (caching allocator, then the driver, which
+  // also sees NCCL's and cuBLAS's workspaces and the CUDA context). null on the CPU.
+  r["memory"]["device"] = nullptr;
+  if (run.device_after.available)
+    r["memory"]["device"] = {
+        {"reserved_peak_bytes", run.device_after.peak_reserved_bytes},
+        {"reserved_after_bytes", run.device_after.reserved_bytes},
+        {"driver_used_before_bytes", run.device_before.driver_used_bytes},
+        {"driver_used_after_bytes", run.device_after.driver_used_bytes},
+        {"driver_total_bytes", run.device_after.driver_total_bytes}};
 
   // Per (kind, group) on this rank for one step; every rank issues the same collectives.
   std::map<std::pair<int, int>, std::array<double, 4>> kinds;  // count, bytes, time, bus bytes

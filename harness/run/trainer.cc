@@ -38,7 +38,27 @@ void maybe_inject_fault(const RunConfig::Fault& f, int rank) {
   if (f.kind == "oom") throw OutOfMemory("injected out of memory on rank " + std::to_string(rank));
 }
 
+// The device's matmul precision for one strategy's run: bf16-mixed asks for bf16 matmuls
+// (honoured by the CUDA device; the CPU device keeps fp32), with the operand copies counted in
+// this run's tracker; back to fp32 (releasing them) before the tracker goes.
+class MatmulPrecisionScope {
+ public:
+  MatmulPrecisionScope(Device& d, Precision p, MemoryTracker& memory) : device_(d) {
+    device_.set_matmul_precision(matmul_precision_for(p), &memory);
+  }
+  ~MatmulPrecisionScope() { device_.set_matmul_precision(MatmulPrecision::kFp32, nullptr); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+
+ private:
+  Device& device_;
+};
+
 }  // namespace
+
+MatmulPrecision matmul_precision_for(Precision p) {
+  return p == Precision::kBf16Mixed ? MatmulPrecision::kBf16 : MatmulPrecision::kFp32;
+}
 
 double param_checksum(const std::vector<float>& params) {
   double s = 0;
@@ -57,8 +77,11 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   const int N = topo.world_size(), rank = topo.rank(), b = cfg.batch_per_rank;
   const int T = cfg.model.seq_len;
 
+  device.trim_memory();  // the previous strategy's cached blocks go back to the driver
+  run.device_before = device.memory_info();
   MemoryTracker memory(device.allocator());
   if (cfg.mem_limit_gb > 0) memory.set_limit(uint64_t(cfg.mem_limit_gb * (1ull << 30)));
+  const MatmulPrecisionScope matmul(device, cfg.options.precision, memory);
   const ModelLayout layout = make_layout(cfg.model);
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Strategy> strategy;
@@ -77,7 +100,8 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     pc.batch_per_rank = b;
     pc.options = cfg.options;
     pc.mem_limit_gb = cfg.mem_limit_gb;
-    const Prediction p = predict(pc, name, load_cluster("cpu-local"), &topo);
+    const Prediction p =
+        predict(pc, name, load_cluster(device.is_host() ? "cpu-local" : "h200"), &topo);
     if (!p.fits) {
       run.status = "oom";
       run.error = "out of memory (predicted before running): peak " + std::to_string(p.peak) +
@@ -96,6 +120,8 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     for (int step = 0; step < total; ++step) {
       if (step == cfg.warmup) {
         memory.reset_peak();  // peak of the steady state, setup excluded
+        device.synchronize();
+        device.reset_memory_peak();
         link_before = sample_link(mpi, topo);  // [two-host link]
       }
       // Rank r of N takes global samples [step*N*b + r*b, +b): every world size sees the
@@ -140,6 +166,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     run.model_state_grads = memory.current(MemCategory::kGrads);
     run.model_state_optimizer = memory.current(MemCategory::kOptimizer);
     run.peak_bytes = memory.peak_total();
+    run.device_after = device.memory_info();
     run.breakdown_at_peak = memory.breakdown_at_peak();
     std::vector<float> params = strategy->gather_full_params();
     comm.synchronize();
@@ -194,6 +221,11 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   run.model_state_grads = mpi.max_over_ranks_u64(run.model_state_grads);
   run.model_state_optimizer = mpi.max_over_ranks_u64(run.model_state_optimizer);
   run.rss_hwm_bytes = mpi.max_over_ranks_u64(MemoryTracker::rss_hwm_bytes());
+  for (Device::MemoryInfo* m : {&run.device_before, &run.device_after}) {
+    m->reserved_bytes = mpi.max_over_ranks_u64(m->reserved_bytes);
+    m->peak_reserved_bytes = mpi.max_over_ranks_u64(m->peak_reserved_bytes);
+    m->driver_used_bytes = mpi.max_over_ranks_u64(m->driver_used_bytes);
+  }
   // [two-host link] per measured step: what crossed the links, the loop's share, the model
   run.link_measured = link_steps.available;
   run.link_bytes_measured = link_steps.bytes_without_retransmits() / uint64_t(cfg.steps);

@@ -45,6 +45,9 @@ struct StrategyRun {
   MemBreakdown breakdown_at_peak{};  // of the rank with the highest peak
   uint64_t model_state_params = 0, model_state_grads = 0, model_state_optimizer = 0;  // max
   uint64_t rss_hwm_bytes = 0;        // max over ranks (process-wide, so cumulative)
+  // GPU only (Device::MemoryInfo), max over ranks: the caching allocator's peak over the
+  // measured steps, and the driver's view before the strategy's setup and after its steps.
+  Device::MemoryInfo device_before, device_after;
   std::vector<LedgerEntry> step_entries;  // this rank's collectives of the last measured step
   uint64_t payload_bytes = 0;        // this rank, per step
   HopBytes sent_local;               // this rank, per step
@@ -64,6 +67,9 @@ struct StrategyRun {
 // Runs `name` under cfg. Never throws for a failing strategy: the failure is the status.
 StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRuntime& mpi,
                          Communicator& comm, Device& device, bool keep_params = false);
+
+// What a run at precision p asks of the device's matmuls: bf16 for bf16-mixed (autocast).
+MatmulPrecision matmul_precision_for(Precision p);
 
 // Σ p_i (1 + i mod 7) / Ψ in double: order-sensitive, so a permuted or shifted parameter shows.
 double param_checksum(const std::vector<float>& params);

@@ -1,12 +1,13 @@
 // The ring model behind the ledger's intra/inter split, pinned to the closed forms of nccl-tests
 // PERFORMANCE.md: per rank exactly for divisible sizes, summed over ranks for uneven ones, and
 // the hop class of every rank for several world sizes and ranks-per-node shapes; and how the
-// Communicator front end fills the ledger (FIFO order, count conventions, counted vs modelled),
-// driven by a fake backend. No MPI.
+// Communicator front end fills the ledger (FIFO order, count conventions, counted vs modelled,
+// device vs wall-clock time), driven by fake backends. No MPI.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -212,11 +213,13 @@ TEST(Ledger, SumsEntriesFromAnIndex) {
 class FakeBackend : public CommBackend {
  public:
   std::string name() const override { return "fake"; }
-  HopBytes run(const CollectiveOp& op, bool* counted) override {
+  BackendResult run(const CollectiveOp& op) override {
     while (!open->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     log->push_back(op.kind);
-    *counted = op.kind == CollKind::kAllReduce;
-    return HopBytes{11, 22};
+    BackendResult res;
+    res.sent = HopBytes{11, 22};
+    res.counted = op.kind == CollKind::kAllReduce;
+    return res;
   }
   std::shared_ptr<std::atomic<bool>> open = std::make_shared<std::atomic<bool>>(true);
   std::shared_ptr<std::vector<CollKind>> log = std::make_shared<std::vector<CollKind>>();
@@ -274,6 +277,49 @@ TEST(LedgerFromCommunicator, RecordsOpsInIssueOrderWithCountConventions) {
   EXPECT_EQ(e[4].count, 0u);
   EXPECT_EQ(e[4].sent.total(), 0u);
   EXPECT_EQ(ledger.payload_bytes(), 400u + 200u + 400u + 40u);
+}
+
+// A backend that takes sleep_ms of wall time in run() and reports device_seconds (as the NCCL
+// backend does with events on its stream; < 0: it did not time the collective itself).
+class TimedBackend : public CommBackend {
+ public:
+  TimedBackend(int sleep_ms, double device_seconds)
+      : sleep_ms_(sleep_ms), device_seconds_(device_seconds) {}
+  std::string name() const override { return "timed"; }
+  BackendResult run(const CollectiveOp&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    BackendResult res;
+    res.device_seconds = device_seconds_;
+    return res;
+  }
+
+ private:
+  int sleep_ms_;
+  double device_seconds_;
+};
+
+double ledger_time_of_one_all_reduce(std::unique_ptr<CommBackend> backend) {
+  const Topology t;
+  Ledger ledger;
+  float x = 1;
+  {
+    Communicator comm(t, std::move(backend), ledger);
+    comm.all_reduce(&x, 1, DType::kF32, GroupKind::kWorld);
+  }
+  EXPECT_EQ(ledger.size(), 1u);
+  return ledger.size() == 1 ? ledger.entries()[0].time_s : -1;
+}
+
+// The NCCL case: the wall time around run() includes the comm stream's wait for compute, so a
+// backend's own device time is what the ledger records.
+TEST(LedgerFromCommunicator, TimeIsTheBackendsDeviceTimeWhenReported) {
+  EXPECT_EQ(ledger_time_of_one_all_reduce(std::make_unique<TimedBackend>(50, 0.002)), 0.002);
+  EXPECT_EQ(ledger_time_of_one_all_reduce(std::make_unique<TimedBackend>(0, 0.0)), 0.0);
+}
+
+// The MPI case: no device time, so the wall clock around run() (no upper bound: busy machines).
+TEST(LedgerFromCommunicator, TimeIsTheWallClockWhenTheBackendDoesNotTime) {
+  EXPECT_GE(ledger_time_of_one_all_reduce(std::make_unique<TimedBackend>(20, -1)), 0.02);
 }
 
 TEST(LedgerFromCommunicator, WaitBlocksUntilDoneAndCountsBlockedTime) {

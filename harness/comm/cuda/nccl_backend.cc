@@ -1,6 +1,7 @@
 // NcclBackend: one NCCL communicator per group kind (world from an MPI-broadcast unique id,
 // intra/inter split from it), a dedicated communication stream that waits on the compute
-// stream before each collective, and a blocking run() for the Communicator's comm thread.
+// stream before each collective, and a blocking run() for the Communicator's comm thread that
+// times the collective with events on the comm stream (not its wait for compute).
 // It does not count bytes (NCCL's transfers are not visible): the ledger gets the ring model.
 #include "harness/comm/cuda/nccl_backend.h"
 
@@ -48,6 +49,8 @@ class NcclBackend final : public CommBackend {
     // Non-blocking: must not serialise with the legacy default stream.
     SB_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     SB_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    SB_CUDA_CHECK(cudaEventCreate(&coll_start_));  // default flags: timing enabled
+    SB_CUDA_CHECK(cudaEventCreate(&coll_end_));
     SB_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
     SB_CUDA_CHECK(cudaMemset(barrier_buf_, 0, sizeof(float)));
     SB_CUDA_CHECK(cudaDeviceSynchronize());
@@ -61,13 +64,15 @@ class NcclBackend final : public CommBackend {
     ncclCommDestroy(intra_);
     ncclCommDestroy(world_);
     cudaFree(barrier_buf_);
+    cudaEventDestroy(coll_end_);
+    cudaEventDestroy(coll_start_);
     cudaEventDestroy(compute_done_);
     cudaStreamDestroy(comm_);
   }
 
   std::string name() const override { return "nccl"; }
 
-  HopBytes run(const CollectiveOp& op, bool* counted) override {
+  BackendResult run(const CollectiveOp& op) override {
     SB_CHECK(op.group != nullptr, "collective without a group");
     // The comm thread is not the thread that selected the device; CUDA's device is per thread.
     SB_CUDA_CHECK(cudaSetDevice(device_));
@@ -79,6 +84,11 @@ class NcclBackend final : public CommBackend {
     // correct, only more conservative than an event recorded at issue time.
     SB_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, compute_done_, 0));
+    // Timed on the comm stream from after its wait for compute: that wait (possibly for compute
+    // later than this op's inputs) is not communication time, but the wall clock around run()
+    // would include it. The interval still includes waiting for peer ranks inside NCCL, as
+    // nccl-tests' timing does.
+    SB_CUDA_CHECK(cudaEventRecord(coll_start_, comm_));
     switch (op.kind) {
       case CollKind::kAllReduce:
         // After this all-reduce every rank of the group holds the element-wise sum.
@@ -109,9 +119,17 @@ class NcclBackend final : public CommBackend {
             ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat, ncclSum, comm, comm_));
         break;
     }
-    SB_CUDA_CHECK(cudaStreamSynchronize(comm_));
-    *counted = false;
-    return ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
+    SB_CUDA_CHECK(cudaEventRecord(coll_end_, comm_));
+    // After this the collective is complete on this rank (coll_end_ is the comm stream's last
+    // work), so run() stays blocking.
+    SB_CUDA_CHECK(cudaEventSynchronize(coll_end_));
+    float ms = 0;
+    SB_CUDA_CHECK(cudaEventElapsedTime(&ms, coll_start_, coll_end_));
+    BackendResult res;
+    res.sent = ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
+    res.counted = false;
+    res.device_seconds = double(ms) * 1e-3;
+    return res;
   }
 
  private:
@@ -138,6 +156,7 @@ class NcclBackend final : public CommBackend {
   cudaStream_t compute_;
   cudaStream_t comm_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
+  cudaEvent_t coll_start_ = nullptr, coll_end_ = nullptr;  // timing: the collective alone
   ncclComm_t world_ = nullptr, intra_ = nullptr, inter_ = nullptr;
   float* barrier_buf_ = nullptr;
 };

@@ -1,5 +1,5 @@
-// CudaDevice: every matmul through cuBLAS (fp32, TF32 when allowed; bf16 with fp32 accumulate
-// for a later bf16 path) and plain one-thread-per-element / one-warp-per-row kernels for the
+// CudaDevice: every matmul through cuBLAS (fp32, TF32 when allowed; in bf16 matmul mode bf16
+// operands with fp32 accumulation, on tensor cores) and plain one-thread-per-element / one-warp-per-row kernels for the
 // rest, all on one compute stream. Semantics follow device.h and the CPU device exactly; speed
 // is "good, not tuned" (no fused attention). Reductions over rows are deterministic except the
 // embedding table gradient (atomicAdd, as llm.c), so repeated runs may differ in the last bits.
@@ -19,6 +19,32 @@
 
 namespace sb {
 
+namespace {
+// cudaMalloc, zero-filled on the compute stream (ordered before every later kernel, and before
+// collectives: the NCCL stream waits on the compute stream first); OOM as OutOfMemory.
+RawAllocator cuda_malloc_allocator(const std::string& device_name, cudaStream_t stream) {
+  RawAllocator raw;
+  raw.allocate = [device_name, stream](size_t bytes) -> void* {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the error so the run can report "oom" and go on
+      std::ostringstream os;
+      os << "cudaMalloc(" << bytes << " bytes) on " << device_name << ": out of memory";
+      throw OutOfMemory(os.str());
+    }
+    SB_CUDA_CHECK(e);
+    SB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+    return p;
+  };
+  raw.release = [](void* p) {
+    if (p != nullptr) SB_CUDA_CHECK(cudaFree(p));
+  };
+  return raw;
+}
+}  // namespace
+
 CudaDevice::CudaDevice(int device_index) : index_(device_index) {
   SB_CUDA_CHECK(cudaSetDevice(index_));
   cudaDeviceProp prop{};
@@ -30,38 +56,43 @@ CudaDevice::CudaDevice(int device_index) : index_(device_index) {
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   SB_CUBLAS_CHECK(cublasCreate(&cublas_));
   SB_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Freed blocks are kept and handed out again, re-zeroed on the compute stream: in stream
+  // order after their last user, and without cudaFree's device-wide synchronisation.
+  cache_ = std::make_unique<CachingAllocator>(
+      cuda_malloc_allocator(name_, stream_), [this](void* p, size_t bytes) {
+        SB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+      });
 }
 
 CudaDevice::~CudaDevice() {
   // No checks here: at process exit the driver may already be shutting down.
   cudaStreamSynchronize(stream_);
+  for (auto& slot : operand_) slot.reset();  // into the workspace tracker, which must be alive
+  cache_.reset();  // cudaFree of the cached blocks; live ones are their owners' (none by now)
   if (scratch_ != nullptr) cudaFree(scratch_);
   cublasDestroy(cublas_);
   cudaStreamDestroy(stream_);
 }
 
-RawAllocator CudaDevice::allocator() {
-  RawAllocator raw;
-  raw.allocate = [this](size_t bytes) -> void* {
-    if (bytes == 0) return nullptr;
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // clear the sticky-free error so the run can report "oom" and go on
-      std::ostringstream os;
-      os << "cudaMalloc(" << bytes << " bytes) on " << name_ << ": out of memory";
-      throw OutOfMemory(os.str());
-    }
-    SB_CUDA_CHECK(e);
-    // Zeroed on the compute stream: ordered before every later kernel, and before collectives
-    // (the NCCL stream waits on the compute stream first).
-    SB_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
-    return p;
-  };
-  raw.release = [](void* p) {
-    if (p != nullptr) SB_CUDA_CHECK(cudaFree(p));
-  };
-  return raw;
+RawAllocator CudaDevice::allocator() { return cache_->as_raw(); }
+
+Device::MemoryInfo CudaDevice::memory_info() {
+  MemoryInfo info;
+  info.available = true;
+  const CacheStats s = cache_->stats();
+  info.reserved_bytes = s.reserved_bytes;
+  info.peak_reserved_bytes = s.peak_reserved_bytes;
+  size_t free = 0, total = 0;
+  SB_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  info.driver_used_bytes = total - free;
+  info.driver_total_bytes = total;
+  return info;
+}
+
+void CudaDevice::trim_memory() {
+  synchronize();
+  cache_->empty_cache();
+  cache_->reset_peak();
 }
 
 void CudaDevice::synchronize() { SB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -90,6 +121,32 @@ float* CudaDevice::scratch(size_t floats) {
   return scratch_;
 }
 
+bool CudaDevice::set_matmul_precision(MatmulPrecision p, MemoryTracker* workspace) {
+  SB_CHECK(p == MatmulPrecision::kFp32 || workspace != nullptr,
+           "bf16 matmuls need a tracker for their operand copies");
+  for (auto& slot : operand_) slot.reset();  // counted in the previous tracker, released there
+  matmul_ = p;
+  workspace_ = p == MatmulPrecision::kBf16 ? workspace : nullptr;
+  return true;
+}
+
+const uint16_t* CudaDevice::bf16_operand(int slot, const float* src, int rows, int cols, int ld,
+                                         long long stride, int batch) {
+  const size_t n = size_t(rows) * cols * batch;
+  TrackedBuffer<uint16_t>& buf = operand_[slot];
+  if (n > buf.size()) {
+    // Grown once per new largest operand; the old copy's users were queued on this stream
+    // before the release, and the allocator hands memory out in stream order.
+    buf.reset();
+    buf = TrackedBuffer<uint16_t>(*workspace_, MemCategory::kWorkspace, n);
+  }
+  auto* dst = reinterpret_cast<__nv_bfloat16*>(buf.data());
+  strided_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, rows, cols, ld, stride,
+                                                                batch);
+  SB_CUDA_CHECK_LAUNCH();
+  return buf.data();
+}
+
 // ---- GEMM ---------------------------------------------------------------------------------------
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and m/n.
 void CudaDevice::gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -97,6 +154,19 @@ void CudaDevice::gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, f
                               int ldb, long long stride_b, float beta, float* c, int ldc,
                               long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
+  if (matmul_ == MatmulPrecision::kBf16) {
+    // op(A) is [m, k]: stored [m, k], or [k, m] when transposed; op(B) likewise [k, n]. The
+    // packed copies have ld = their column count and batch stride = their size.
+    const int ra = trans_a ? k : m, ca = trans_a ? m : k;
+    const int rb = trans_b ? n : k, cb = trans_b ? k : n;
+    const uint16_t* a16 = bf16_operand(0, a, ra, ca, lda, stride_a, batch);
+    const uint16_t* b16 = bf16_operand(1, b, rb, cb, ldb, stride_b, batch);
+    SB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b16, CUDA_R_16BF, cb,
+        (long long)rb * cb, a16, CUDA_R_16BF, ca, (long long)ra * ca, &beta, c, CUDA_R_32F, ldc,
+        stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   cublasComputeType_t ct = allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   if (batch == 1) {
     SB_CUBLAS_CHECK(cublasGemmEx(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,

@@ -12,6 +12,7 @@
 
 #include "harness/common/dtype.h"
 #include "harness/device/device.h"
+#include "harness/memory/caching_allocator.h"
 
 namespace sb {
 
@@ -29,20 +30,30 @@ class CudaDevice : public Device {
   void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
   bool allow_tf32() const { return allow_tf32_; }
 
-  // For a later bf16 compute path: C = alpha op(A) op(B) + beta C with bf16 A, B, fp32
-  // accumulation, and C stored as fp32 or bf16 (c_type). Row-major, as gemm().
+  // C = alpha op(A) op(B) + beta C with bf16 A, B, fp32 accumulation, and C stored as fp32
+  // or bf16 (c_type). Row-major, as gemm().
   void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                  const uint16_t* a, int lda, const uint16_t* b, int ldb, float beta, void* c,
                  DType c_type, int ldc);
 
   std::string name() const override { return name_; }
   bool is_host() const override { return false; }
-  RawAllocator allocator() override;
+  RawAllocator allocator() override;  // through the caching allocator
+  MemoryInfo memory_info() override;
+  void trim_memory() override;
+  void reset_memory_peak() override { cache_->reset_peak(); }
+  const CachingAllocator& cache() const { return *cache_; }
   void synchronize() override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
+  // kBf16: every matmul casts its operands into two counted bf16 slots (grown, never shrunk,
+  // until kFp32) and runs on tensor cores with fp32 accumulation and fp32 results.
+  bool set_matmul_precision(MatmulPrecision p, MemoryTracker* workspace) override;
+  MatmulPrecision matmul_precision() const { return matmul_; }
+  // Elements each operand slot holds now (slot 0: op(A) operands, 1: op(B)).
+  size_t operand_slot_elements(int slot) const { return operand_[slot].size(); }
 
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             int lda, const float* b, int ldb, float beta, float* c, int ldc) override;
@@ -83,6 +94,10 @@ class CudaDevice : public Device {
                     long long stride_b, float beta, float* c, int ldc, long long stride_c,
                     int batch);
   float* scratch(size_t floats);  // grows; untracked, at most a few MB
+  // In bf16 matmul mode: a packed bf16 copy of a batch of strided [rows, cols] fp32 matrices
+  // in operand slot `slot`, cast on the compute stream.
+  const uint16_t* bf16_operand(int slot, const float* src, int rows, int cols, int ld,
+                               long long stride, int batch);
 
   int index_ = 0;
   std::string name_;
@@ -91,6 +106,11 @@ class CudaDevice : public Device {
   cublasHandle_t cublas_ = nullptr;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
+  // Declared before the operand slots: the slots' blocks go back into the cache first.
+  std::unique_ptr<CachingAllocator> cache_;
+  MatmulPrecision matmul_ = MatmulPrecision::kFp32;
+  MemoryTracker* workspace_ = nullptr;
+  TrackedBuffer<uint16_t> operand_[2];
 };
 
 // The compute stream of a CUDA device (the NCCL backend orders collectives after it); the

@@ -110,6 +110,18 @@ __global__ void f32_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {
     dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));  // round to nearest even
 }
 
+// A batch of strided row-major [rows, cols] matrices (row stride ld, batch stride `stride`)
+// rounded to bf16 into a packed [batch, rows, cols] copy: the operand of a bf16 GEMM.
+__global__ void strided_to_bf16_kernel(__nv_bfloat16* dst, const float* src, int rows, int cols,
+                                       int ld, long long stride, int batch) {
+  const size_t per = size_t(rows) * cols, n = per * batch;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const size_t b = i / per, r = i % per / cols, c = i % cols;
+    dst[i] = __float2bfloat16_rn(src[b * stride + r * ld + c]);
+  }
+}
+
 // ---- column sums (bias and layernorm weight grads), deterministic in two passes --------------
 // Pass 1: block (32 columns x 8 row lanes) sums one chunk of rows into part[chunk, C].
 // kLn: part_a += dout * xhat (dweight), part_b += dout (dbias); else part_a += dout.
