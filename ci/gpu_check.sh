@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU check for one machine with one NVIDIA GPU (sized for <= 8 minutes on an H200): build with
 # CUDA/NCCL, run the CUDA-vs-CPU numerics tests (a skip counts as a failure here), then every
-# strategy at world 1 on gpt2-124m in bf16-mixed through the shardbench CLI (NCCL, world 1).
-# Writes gpu.json (shardbench results), cuda_tests.xml, gpu_check.json (per-step status) and
-# gpu_check.log into the output folder: $1, else $OUT, else ./gpu_check_out. Installs nothing.
+# strategy at world 1 on gpt2-124m in bf16-mixed through the shardbench CLI (NCCL, world 1),
+# then the MFU runs of gpt2-124m and gpt2-350m (ddp, bf16-mixed, batch MFU_BATCH).
+# Writes gpu.json (shardbench results), mfu_gpt2-124m.json, mfu_gpt2-350m.json, mfu.txt (the
+# README's table rows), cuda_tests.xml, gpu_check.json (per-step status) and gpu_check.log into
+# the output folder: $1, else $OUT, else ./gpu_check_out. Installs nothing.
 #
 # Knobs (environment): BUILD_DIR=build JOBS=$(nproc) MODEL=gpt2-124m PRECISION=bf16-mixed
-#   STRATEGIES=all STEPS=10 WARMUP=3 and per-step limits in seconds BUILD_S=240 TEST_S=90 RUN_S=300
+#   STRATEGIES=all STEPS=10 WARMUP=3 MFU_BATCH=16 and per-step limits in seconds BUILD_S=240
+#   TEST_S=90 RUN_S=300 MFU_S=120
 # Exit status: 0 all passed; 1 a step failed (the log and gpu_check.json say which).
 set -uo pipefail
 
@@ -29,6 +32,8 @@ WARMUP="${WARMUP:-3}"
 BUILD_S="${BUILD_S:-240}"
 TEST_S="${TEST_S:-90}"
 RUN_S="${RUN_S:-300}"
+MFU_BATCH="${MFU_BATCH:-16}"
+MFU_S="${MFU_S:-120}"
 # mpirun (started by `shardbench run --np`) refuses root without these; CI machines run as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export ROOT OUTDIR BUILD_DIR
@@ -56,7 +61,8 @@ finish() {
     echo "  \"elapsed_s\": $SECONDS,"
     echo "  \"steps\": {"
     local first=1 k
-    for k in environment configure build cuda_tests shardbench_run results_check; do
+    for k in environment configure build cuda_tests shardbench_run results_check mfu_gpt2-124m \
+             mfu_gpt2-350m mfu_table; do
       [ -n "${STATUS[$k]:-}" ] || continue
       ((first)) || echo ","
       printf '    "%s": "%s"' "$k" "${STATUS[$k]}"
@@ -136,4 +142,35 @@ EOF
 }
 export -f results_check
 step results_check 30 results_check
+
+# 6. MFU of the issue's two models: one rank, ddp (no sharding traffic at world 1), bf16-mixed
+# (bf16 tensor-core matmuls), against the datasheet's dense bf16 peak.
+for m in gpt2-124m gpt2-350m; do
+  step "mfu_$m" "$MFU_S" "$BUILD_DIR/shardbench" run --device cuda --np 1 --model "$m" \
+    --precision bf16-mixed --strategies ddp --batch "$MFU_BATCH" --steps "$STEPS" \
+    --warmup "$WARMUP" --out "$OUTDIR/mfu_$m.json"
+done
+mfu_table() {
+  python3 - "$OUTDIR" <<'EOF' | tee "$OUTDIR/mfu.txt"
+import json, os, sys
+print("| model | batch x seq | step (s, median) | tokens/s | TFLOP/s | MFU | peak reserved (GiB) |")
+print("|---|---|---|---|---|---|---|")
+for m in ("gpt2-124m", "gpt2-350m"):
+    path = os.path.join(sys.argv[1], f"mfu_{m}.json")
+    if not os.path.exists(path):
+        print(f"| {m} | (no result) |")
+        continue
+    doc = json.load(open(path))
+    r, c = doc["results"][0], doc["config"]
+    if r["status"] != "ok":
+        print(f"| {m} | {r['status']}: {r.get('error', '')} |")
+        continue
+    t, dev = r["throughput"], r["memory"].get("device") or {}
+    print(f"| {m} | {c['batch_per_rank']} x {c['seq_len']} | {r['step_time_s']['median']:.4f} "
+          f"| {t['tokens_per_s']:.0f} | {t['tflops']:.1f} | {100 * t['mfu']:.1f} % "
+          f"| {dev.get('reserved_peak_bytes', 0) / 2**30:.1f} |")
+EOF
+}
+export -f mfu_table
+step mfu_table 30 mfu_table
 finish

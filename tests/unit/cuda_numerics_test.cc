@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,6 +26,8 @@
 #include "harness/model/data.h"
 #include "harness/model/gpt.h"
 #include "harness/model/layout.h"
+#include "harness/predict/model_shape.h"
+#include "harness/device/cpu_device.h"
 #include "tests/unit/model_test_util.h"
 
 namespace sb::testing {
@@ -91,6 +95,129 @@ void expect_close(const std::vector<float>& want, const std::vector<float>& got,
                                << atol << ", max abs err " << max_abs << ")";
 }
 
+// The CPU device with bf16 matmuls as the CUDA device computes them in kBf16 mode: every
+// matmul operand rounded to bf16 (products of bf16 values are exact in fp32), then OpenBLAS's
+// fp32 GEMM. So CUDA's bf16 path is checked at fp32 tolerances: only summation order differs,
+// plus the rare operand whose bf16 rounding flips between devices because an fp32 input
+// differed in its last bits (probability ~2^-16 per element).
+std::vector<float> rounded(const float* p, size_t n) {
+  std::vector<float> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  return r;
+}
+
+// Puts a device back to fp32 matmuls (releasing its bf16 operand slots into their tracker):
+// declared after that tracker, so it runs first.
+struct Fp32MatmulsAtExit {
+  Device& device;
+  ~Fp32MatmulsAtExit() { device.set_matmul_precision(MatmulPrecision::kFp32, nullptr); }
+};
+
+class Bf16MatmulCpu : public CpuDevice {
+ public:
+  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    const size_t ea = size_t((ta ? k : m) - 1) * lda + (ta ? m : k);  // stored extents
+    const size_t eb = size_t((tb ? n : k) - 1) * ldb + (tb ? k : n);
+    CpuDevice::gemm(ta, tb, m, n, k, alpha, rounded(a, ea).data(), lda, rounded(b, eb).data(),
+                    ldb, beta, c, ldc);
+  }
+  void linear_forward(float* out, const float* x, const float* w, const float* b, int rows,
+                      int in, int out_features) override {
+    CpuDevice::linear_forward(out, rounded(x, size_t(rows) * in).data(),
+                              rounded(w, size_t(out_features) * in).data(), b, rows, in,
+                              out_features);
+  }
+  void linear_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                       const float* w, int rows, int in, int out_features) override {
+    CpuDevice::linear_backward(dx, dw, nullptr, rounded(dout, size_t(rows) * out_features).data(),
+                               rounded(x, size_t(rows) * in).data(),
+                               rounded(w, size_t(out_features) * in).data(), rows, in,
+                               out_features);
+    if (db != nullptr)  // the bias gradient sums the fp32 dout: no matmul
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out_features; ++o) db[o] += dout[size_t(r) * out_features + o];
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    // Scores from rounded Q, K and the fp32 softmax: the CPU kernel on rounded qkv. Then
+    // out = round(att) round(V) per head.
+    const int hs = C / NH, C3 = 3 * C;
+    const std::vector<float> q = rounded(qkv, size_t(B) * T * C3);
+    CpuDevice::attention_forward(out, att, q.data(), B, T, C, NH);
+    const std::vector<float> a = rounded(att, size_t(B) * NH * T * T);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        CpuDevice::gemm(false, false, T, hs, T, 1.f, a.data() + (size_t(b) * NH + h) * T * T, T,
+                        q.data() + size_t(b) * T * C3 + 2 * C + size_t(h) * hs, C3, 0.f,
+                        out + size_t(b) * T * C + size_t(h) * hs, C);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.f / std::sqrt(float(hs));
+    const std::vector<float> q = rounded(qkv, size_t(B) * T * C3);
+    const std::vector<float> g = rounded(dout, size_t(B) * T * C);
+    const std::vector<float> a = rounded(att, size_t(B) * NH * T * T);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        const size_t off = size_t(b) * T * C3 + size_t(h) * hs, hh = (size_t(b) * NH + h) * T * T;
+        const float* gh = g.data() + size_t(b) * T * C + size_t(h) * hs;
+        float* d = datt + hh;
+        CpuDevice::gemm(false, true, T, T, hs, 1.f, gh, C, q.data() + off + 2 * C, C3, 0.f, d, T);
+        CpuDevice::gemm(true, false, T, hs, T, 1.f, a.data() + hh, T, gh, C, 0.f,
+                        dqkv + off + 2 * C, C3);
+        for (int t = 0; t < T; ++t) {  // softmax backward on the fp32 probabilities
+          const float* ar = att + hh + size_t(t) * T;
+          float* dr = d + size_t(t) * T;
+          float dot = 0.f;
+          for (int j = 0; j <= t; ++j) dot += ar[j] * dr[j];
+          for (int j = 0; j < T; ++j) dr[j] = j <= t ? ar[j] * (dr[j] - dot) : 0.f;
+        }
+        const std::vector<float> dp = rounded(d, size_t(T) * T);
+        CpuDevice::gemm(false, false, T, hs, T, scale, dp.data(), T, q.data() + off + C, C3, 0.f,
+                        dqkv + off, C3);
+        CpuDevice::gemm(true, false, T, hs, T, scale, dp.data(), T, q.data() + off, C3, 0.f,
+                        dqkv + off + C, C3);
+      }
+    }
+  }
+};
+
+TEST(Bf16MatmulReference, AgreesWithTheFp32CpuWithinBf16Rounding) {  // needs no GPU
+  // The reference re-derives attention's matmuls; a wrong stride or transpose there would be a
+  // gross error, not a rounding: compare it with the fp32 CPU kernels at bf16 tolerance.
+  auto cpu = make_cpu_device();
+  Bf16MatmulCpu ref;
+  const int B = 2, T = 33, C = 48, NH = 4;
+  auto qkv = uniform(size_t(B) * T * 3 * C, -1, 1, 80), g = uniform(size_t(B) * T * C, -1, 1, 81);
+  std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
+  std::vector<float> rout = out, ratt = att, dqkv(qkv.size()), rdqkv(qkv.size()), d(att.size());
+  cpu->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  ref.attention_forward(rout.data(), ratt.data(), qkv.data(), B, T, C, NH);
+  // Operands off by up to 2^-9 relative each: outputs of O(1) within ~1e-2.
+  expect_close(out, rout, 2e-2f, 1e-2f, "bf16 reference attention out");
+  expect_close(att, ratt, 2e-2f, 1e-3f, "bf16 reference attention probs");
+  cpu->attention_backward(dqkv.data(), d.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
+  ref.attention_backward(rdqkv.data(), d.data(), g.data(), qkv.data(), ratt.data(), B, T, C, NH);
+  expect_close(dqkv, rdqkv, 2e-2f, 2e-2f, "bf16 reference attention dqkv");
+  const int rows = 20, in = 24, outf = 16;
+  auto x = uniform(size_t(rows) * in, -1, 1, 82), w = uniform(size_t(outf) * in, -1, 1, 83);
+  auto dy = uniform(size_t(rows) * outf, -1, 1, 84), bias = uniform(outf, -1, 1, 85);
+  std::vector<float> y(size_t(rows) * outf), ry = y, dx(x.size()), rdx = dx, dw(w.size()),
+      rdw = dw, db(outf), rdb = db;
+  cpu->linear_forward(y.data(), x.data(), w.data(), bias.data(), rows, in, outf);
+  ref.linear_forward(ry.data(), x.data(), w.data(), bias.data(), rows, in, outf);
+  expect_close(y, ry, 2e-2f, 2e-2f, "bf16 reference linear out");
+  cpu->linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), rows, in,
+                       outf);
+  ref.linear_backward(rdx.data(), rdw.data(), rdb.data(), dy.data(), x.data(), w.data(), rows, in,
+                      outf);
+  expect_close(dx, rdx, 2e-2f, 2e-2f, "bf16 reference linear dx");
+  expect_close(dw, rdw, 2e-2f, 4e-2f, "bf16 reference linear dW");
+  expect_close(db, rdb, 1e-6f, 1e-6f, "bf16 reference linear db (fp32 sums)");
+}
+
 class CudaNumerics : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -142,22 +269,24 @@ TEST_F(CudaNumerics, AllocatorZeroFillsAndReportsOutOfMemory) {
   EXPECT_EQ(y.host()[9], 3.f);
 }
 
-TEST_F(CudaNumerics, GemmAllTransposes) {
+void check_gemm(Device& cpu, Device& gpu) {
   const int m = 37, n = 53, k = 71;
   for (int ta = 0; ta < 2; ++ta) {
     for (int tb = 0; tb < 2; ++tb) {
       auto a = uniform(size_t(m) * k, -1, 1, 1), b = uniform(size_t(k) * n, -1, 1, 2);
       auto c = uniform(size_t(m) * n, -1, 1, 3);
       const int lda = ta ? m : k, ldb = tb ? k : n;
-      DeviceArray<float> da(*gpu_, a), db(*gpu_, b), dc(*gpu_, c);
-      cpu_->gemm(ta, tb, m, n, k, 1.3f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), n);
-      gpu_->gemm(ta, tb, m, n, k, 1.3f, da.get(), lda, db.get(), ldb, 0.5f, dc.get(), n);
+      DeviceArray<float> da(gpu, a), db(gpu, b), dc(gpu, c);
+      cpu.gemm(ta, tb, m, n, k, 1.3f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), n);
+      gpu.gemm(ta, tb, m, n, k, 1.3f, da.get(), lda, db.get(), ldb, 0.5f, dc.get(), n);
       // fp32 sums of 71 products of O(1): order-of-summation error ~1e-6.
       expect_close(c, dc.host(), 1e-5f, 1e-5f,
                    "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
     }
   }
 }
+
+TEST_F(CudaNumerics, GemmAllTransposes) { check_gemm(*cpu_, *gpu_); }
 
 #ifdef SB_HAVE_CUDA
 TEST_F(CudaNumerics, GemmTf32AndBf16EntryPoints) {
@@ -196,37 +325,39 @@ TEST_F(CudaNumerics, GemmTf32AndBf16EntryPoints) {
 }
 #endif  // SB_HAVE_CUDA
 
-TEST_F(CudaNumerics, LinearForwardAndBackward) {
+void check_linear(Device& cpu, Device& gpu) {
   const int rows = 67, in = 96, out = 80;
   auto x = uniform(size_t(rows) * in, -1, 1, 10), w = uniform(size_t(out) * in, -.2f, .2f, 11);
   auto b = uniform(out, -1, 1, 12), dout = uniform(size_t(rows) * out, -1, 1, 13);
-  DeviceArray<float> dx_(*gpu_, x), dw_(*gpu_, w), db_(*gpu_, b), ddout(*gpu_, dout);
+  DeviceArray<float> dx_(gpu, x), dw_(gpu, w), db_(gpu, b), ddout(gpu, dout);
   for (bool bias : {true, false}) {
     std::vector<float> y(size_t(rows) * out);
-    DeviceArray<float> dy(*gpu_, y);
-    cpu_->linear_forward(y.data(), x.data(), w.data(), bias ? b.data() : nullptr, rows, in, out);
-    gpu_->linear_forward(dy.get(), dx_.get(), dw_.get(), bias ? db_.get() : nullptr, rows, in,
+    DeviceArray<float> dy(gpu, y);
+    cpu.linear_forward(y.data(), x.data(), w.data(), bias ? b.data() : nullptr, rows, in, out);
+    gpu.linear_forward(dy.get(), dx_.get(), dw_.get(), bias ? db_.get() : nullptr, rows, in,
                          out);
     expect_close(y, dy.host(), 1e-5f, 1e-5f, bias ? "linear fwd" : "linear fwd no bias");
   }
   // Backward: dx is '=' (seeded with garbage), dW and db are '+=' (seeded with values).
   auto gx = uniform(size_t(rows) * in, 50, 60, 14), gw = uniform(size_t(out) * in, -1, 1, 15);
   auto gb = uniform(out, -1, 1, 16);
-  DeviceArray<float> dgx(*gpu_, gx), dgw(*gpu_, gw), dgb(*gpu_, gb);
-  cpu_->linear_backward(gx.data(), gw.data(), gb.data(), dout.data(), x.data(), w.data(), rows,
+  DeviceArray<float> dgx(gpu, gx), dgw(gpu, gw), dgb(gpu, gb);
+  cpu.linear_backward(gx.data(), gw.data(), gb.data(), dout.data(), x.data(), w.data(), rows,
                         in, out);
-  gpu_->linear_backward(dgx.get(), dgw.get(), dgb.get(), ddout.get(), dx_.get(), dw_.get(), rows,
+  gpu.linear_backward(dgx.get(), dgw.get(), dgb.get(), ddout.get(), dx_.get(), dw_.get(), rows,
                         in, out);
   expect_close(gx, dgx.host(), 1e-5f, 1e-5f, "linear dx (=)");
   expect_close(gw, dgw.host(), 1e-5f, 1e-4f, "linear dW (+=, sum over 67 rows)");
   expect_close(gb, dgb.host(), 1e-5f, 1e-4f, "linear db (+=)");
   // dx and db may be null.
-  cpu_->linear_backward(nullptr, gw.data(), nullptr, dout.data(), x.data(), w.data(), rows, in,
+  cpu.linear_backward(nullptr, gw.data(), nullptr, dout.data(), x.data(), w.data(), rows, in,
                         out);
-  gpu_->linear_backward(nullptr, dgw.get(), nullptr, ddout.get(), dx_.get(), dw_.get(), rows, in,
+  gpu.linear_backward(nullptr, dgw.get(), nullptr, ddout.get(), dx_.get(), dw_.get(), rows, in,
                         out);
   expect_close(gw, dgw.host(), 1e-5f, 2e-4f, "linear dW, dx/db null");
 }
+
+TEST_F(CudaNumerics, LinearForwardAndBackward) { check_linear(*cpu_, *gpu_); }
 
 TEST_F(CudaNumerics, LinearBiasGradOverManyRowsAndWideColumns) {
   // Exercises the chunked column sum: rows span many chunks, columns are not a multiple of 32.
@@ -288,7 +419,9 @@ TEST_F(CudaNumerics, GeluForwardAndBackward) {
   expect_close(gx, dgx.host(), 1e-5f, 1e-5f, "gelu dx (=)");
 }
 
-void check_attention(Device& cpu, Device& gpu, int B, int T, int C, int NH) {
+// slack widens the tolerances where the devices' inputs to a bf16 rounding differ (see
+// Bf16MatmulCpu): 1 for fp32.
+void check_attention(Device& cpu, Device& gpu, int B, int T, int C, int NH, float slack = 1.f) {
   const std::string shape = " B" + std::to_string(B) + " T" + std::to_string(T) + " C" +
                             std::to_string(C) + " NH" + std::to_string(NH);
   auto qkv = uniform(size_t(B) * T * 3 * C, -1, 1, 40);
@@ -296,7 +429,7 @@ void check_attention(Device& cpu, Device& gpu, int B, int T, int C, int NH) {
   DeviceArray<float> dqkv_in(gpu, qkv), dout_(gpu, out), datt(gpu, att);
   cpu.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   gpu.attention_forward(dout_.get(), datt.get(), dqkv_in.get(), B, T, C, NH);
-  expect_close(out, dout_.host(), 1e-4f, 1e-5f, "attention out" + shape);
+  expect_close(out, dout_.host(), 1e-4f, 1e-5f * slack, "attention out" + shape);
   expect_close(att, datt.host(), 1e-4f, 1e-6f, "attention probs (masked = 0)" + shape);
 
   auto g = uniform(size_t(B) * T * C, -1, 1, 41);
@@ -306,13 +439,84 @@ void check_attention(Device& cpu, Device& gpu, int B, int T, int C, int NH) {
                          NH);
   gpu.attention_backward(ddqkv.get(), dscratch.get(), dg.get(), dqkv_in.get(), datt.get(), B, T,
                          C, NH);
-  expect_close(dqkv, ddqkv.host(), 1e-4f, 1e-4f, "attention dqkv (=)" + shape);
+  expect_close(dqkv, ddqkv.host(), 1e-4f, 1e-4f * slack, "attention dqkv (=)" + shape);
 }
 
 TEST_F(CudaNumerics, CausalAttentionForwardAndBackward) {
   check_attention(*cpu_, *gpu_, 2, 33, 48, 4);   // T, hs = 12 not multiples of 32
   check_attention(*cpu_, *gpu_, 3, 128, 64, 2);  // rows longer than a warp
 }
+
+#ifdef SB_HAVE_CUDA
+// kBf16 mode: each matmul of the device against the CPU on bf16-rounded operands. gemm and
+// linear see identical inputs on both devices, so fp32 tolerances hold; attention rounds its
+// own softmax output, where the devices differ in the last bits, so a rounding may flip: one
+// product off by 2^-8 relative, ~3e-5 on an output of O(1/T) weights; slack 10 covers it.
+TEST_F(CudaNumerics, Bf16MatmulsMatchTheRoundedOperandReference) {
+  MemoryTracker workspace(gpu_->allocator());
+  const Fp32MatmulsAtExit restore{*gpu_};
+  ASSERT_TRUE(gpu_->set_matmul_precision(MatmulPrecision::kBf16, &workspace));
+  Bf16MatmulCpu ref;
+  check_gemm(ref, *gpu_);
+  check_linear(ref, *gpu_);
+  check_attention(ref, *gpu_, 2, 33, 48, 4, 10.f);
+  check_attention(ref, *gpu_, 3, 128, 64, 2, 10.f);
+  // The operand slots are what the tracker counts as workspace, and go when fp32 is back.
+  const uint64_t slots = 2 * (cuda().operand_slot_elements(0) + cuda().operand_slot_elements(1));
+  EXPECT_GT(slots, 0u);
+  EXPECT_EQ(workspace.current(MemCategory::kWorkspace), slots);
+  gpu_->set_matmul_precision(MatmulPrecision::kFp32, nullptr);
+  EXPECT_EQ(workspace.current(MemCategory::kWorkspace), 0u);
+  EXPECT_EQ(cuda().operand_slot_elements(0) + cuda().operand_slot_elements(1), 0u);
+}
+
+TEST_F(CudaNumerics, Bf16MatmulsAreFasterThanFp32OnABigGemm) {
+  // Not a timing assertion on speed targets: a check that kBf16 reaches the tensor cores at all
+  // (a silent fp32 fallback would be >4x slower on Hopper/Ampere). Reports both rates.
+  const int n = 4096;
+  DeviceArray<float> a(*gpu_, uniform(size_t(n) * n, -1, 1, 90)),
+      b(*gpu_, uniform(size_t(n) * n, -1, 1, 91)), c(*gpu_, std::vector<float>(size_t(n) * n));
+  MemoryTracker workspace(gpu_->allocator());
+  const Fp32MatmulsAtExit restore{*gpu_};
+  auto rate = [&](MatmulPrecision p) {
+    gpu_->set_matmul_precision(p, &workspace);
+    gpu_->gemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, c.get(), n);  // warm
+    gpu_->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int reps = 10;
+    for (int i = 0; i < reps; ++i)
+      gpu_->gemm(false, false, n, n, n, 1.f, a.get(), n, b.get(), n, 0.f, c.get(), n);
+    gpu_->synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gpu_->set_matmul_precision(MatmulPrecision::kFp32, nullptr);
+    return 2.0 * n * double(n) * n * reps / s;
+  };
+  const double fp32 = rate(MatmulPrecision::kFp32), bf16 = rate(MatmulPrecision::kBf16);
+  std::printf("gemm %d^3: fp32 %.1f TFLOP/s, bf16 operands (incl. casts) %.1f TFLOP/s\n", n,
+              fp32 * 1e-12, bf16 * 1e-12);
+  EXPECT_GT(bf16, 2.0 * fp32) << "bf16 matmuls do not seem to use the tensor cores";
+}
+
+TEST_F(CudaNumerics, CachingAllocatorReusesFreedBlocksAndReportsMemory) {
+  MemoryTracker memory(gpu_->allocator());
+  gpu_->trim_memory();
+  const CacheStats before = cuda().cache().stats();
+  for (int i = 0; i < 5; ++i) {  // FSDP's pattern: gather a unit, use it, free it
+    TrackedBuffer<float> unit(memory, MemCategory::kGatheredParams, 7u << 20);
+    gpu_->scale_inplace(unit.data(), 2.f, unit.size());
+  }
+  const CacheStats after = cuda().cache().stats();
+  EXPECT_EQ(after.misses - before.misses, 1u) << "one cudaMalloc, then reuse";
+  EXPECT_EQ(after.hits - before.hits, 4u);
+  const Device::MemoryInfo info = gpu_->memory_info();
+  EXPECT_TRUE(info.available);
+  EXPECT_GE(info.peak_reserved_bytes, uint64_t(7u << 20) * 4);
+  EXPECT_GT(info.driver_used_bytes, info.reserved_bytes) << "the context and cuBLAS count too";
+  EXPECT_GT(info.driver_total_bytes, info.driver_used_bytes);
+  gpu_->trim_memory();
+  EXPECT_EQ(cuda().cache().stats().cached_bytes, 0u);
+}
+#endif  // SB_HAVE_CUDA
 
 TEST_F(CudaNumerics, EmbeddingForwardAndBackward) {
   const int V = 50, B = 3, T = 17, C = 40;
@@ -427,20 +631,28 @@ std::vector<float> download(Device& d, const TrackedBuffer<float>& b) {
   return h;
 }
 
-TEST_F(CudaNumerics, TinyModelStepMatchesCpu) {
+// One tiny-model step on both devices (forward, backward, AdamW, the next forward). With
+// bf16_matmuls the GPU runs kBf16 and `cpu` must be the rounded-operand reference; rounding
+// flips (see Bf16MatmulCpu) then loosen the loss to 1e-4 and the grads to 2e-3 of the largest.
+void check_tiny_step(Device& cpu, Device& gpu, bool bf16_matmuls) {
   const GptConfig c = parse_model("tiny");
   const int B = 4, T = c.seq_len;
-  MemoryTracker cmem(cpu_->allocator()), gmem(gpu_->allocator());
-  GptModel cmodel(c, B, *cpu_, cmem), gmodel(c, B, *gpu_, gmem);
+  MemoryTracker cmem(cpu.allocator()), gmem(gpu.allocator());
+  const float slack = bf16_matmuls ? 2.f : 1.f;
+  const Fp32MatmulsAtExit restore{gpu};  // before gmem goes, also when an ASSERT returns
+  if (bf16_matmuls) {
+    ASSERT_TRUE(gpu.set_matmul_precision(MatmulPrecision::kBf16, &gmem));
+  }
+  GptModel cmodel(c, B, cpu, cmem), gmodel(c, B, gpu, gmem);
   const ModelLayout& layout = cmodel.layout();
   FullParams cp(layout, cmem, 42);
-  DeviceParams gp(gmodel.layout(), gmem, *gpu_, 42);
+  DeviceParams gp(gmodel.layout(), gmem, gpu, 42);
   std::vector<int> tok(B * T), tgt(B * T);
   make_batch(7, 0, B, T, c.vocab, tok.data(), tgt.data());
 
   const float closs = cmodel.forward(tok.data(), tgt.data(), cp);
   const float gloss = gmodel.forward(tok.data(), tgt.data(), gp);
-  EXPECT_NEAR(closs, gloss, 1e-5 * closs) << "forward loss";
+  EXPECT_NEAR(closs, gloss, (bf16_matmuls ? 1e-4 : 1e-5) * closs) << "forward loss";
   cmodel.backward(cp);
   gmodel.backward(gp);
   for (size_t t = 0; t < cp.grads.size(); ++t) {
@@ -449,7 +661,7 @@ TEST_F(CudaNumerics, TinyModelStepMatchesCpu) {
     for (float w : want) scale = std::max(scale, std::fabs(w));
     // Every grad within 1e-3 of the tensor's largest grad (a whole step of fp32 kernels whose
     // summation orders differ), plus 1e-4 relative.
-    expect_close(want, download(*gpu_, gp.grads[t]), 1e-4f, 1e-3f * scale + 1e-9f,
+    expect_close(want, download(gpu, gp.grads[t]), 1e-4f, 1e-3f * slack * scale + 1e-9f,
                  "grad of " + layout.tensors[t].name);
   }
   // One AdamW step on both, then the next batch's loss.
@@ -458,9 +670,9 @@ TEST_F(CudaNumerics, TinyModelStepMatchesCpu) {
     const float wd = layout.tensors[t].decay ? 0.1f : 0.0f;
     TrackedBuffer<float> cm(cmem, MemCategory::kOptimizer, n), cv(cmem, MemCategory::kOptimizer, n);
     TrackedBuffer<float> gm(gmem, MemCategory::kOptimizer, n), gv(gmem, MemCategory::kOptimizer, n);
-    cpu_->adamw(cp.params[t].data(), cp.grads[t].data(), cm.data(), cv.data(), n, 3e-3f, 0.9f,
+    cpu.adamw(cp.params[t].data(), cp.grads[t].data(), cm.data(), cv.data(), n, 3e-3f, 0.9f,
                 0.95f, 1e-8f, wd, 1, 1.0f);
-    gpu_->adamw(gp.params[t].data(), gp.grads[t].data(), gm.data(), gv.data(), n, 3e-3f, 0.9f,
+    gpu.adamw(gp.params[t].data(), gp.grads[t].data(), gm.data(), gv.data(), n, 3e-3f, 0.9f,
                 0.95f, 1e-8f, wd, 1, 1.0f);
   }
   make_batch(7, B, B, T, c.vocab, tok.data(), tgt.data());
@@ -470,7 +682,20 @@ TEST_F(CudaNumerics, TinyModelStepMatchesCpu) {
   // second loss is compared loosely.
   EXPECT_NEAR(closs2, gloss2, 1e-3 * closs2) << "loss after one AdamW step";
   EXPECT_GT(gmem.peak_total(), 0u);
+  if (bf16_matmuls) {
+    // The operand slots hold exactly what the predictor adds for bf16 matmuls on a GPU.
+    EXPECT_EQ(gmem.current(MemCategory::kWorkspace), bf16_operand_bytes(c, B));
+  }
 }
+
+TEST_F(CudaNumerics, TinyModelStepMatchesCpu) { check_tiny_step(*cpu_, *gpu_, false); }
+
+#ifdef SB_HAVE_CUDA
+TEST_F(CudaNumerics, TinyModelStepWithBf16MatmulsMatchesTheRoundedReference) {
+  Bf16MatmulCpu ref;
+  check_tiny_step(ref, *gpu_, true);
+}
+#endif
 
 }  // namespace
 }  // namespace sb::testing
