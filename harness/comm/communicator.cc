@@ -176,8 +176,10 @@ CommHandle Communicator::barrier_async(GroupKind g) {
   return submit(op, {});
 }
 
-CommHandle Communicator::submit(const CollectiveOp& op, std::string tag) {
-  validate(op);
+CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
+  validate(issued);
+  CollectiveOp op = issued;
+  op.issue_mark = impl_->backend->on_issue();  // on this thread, in issue order
   auto state = std::make_shared<CommHandle::State>();
   state->blocked_ns = impl_->blocked_ns;
   {

@@ -24,6 +24,7 @@ struct CollectiveOp {
   size_t count = 0;            // see LedgerEntry::count
   DType dtype = DType::kF32;
   int root_index = 0;          // broadcast root, as an index into group->ranks
+  uint64_t issue_mark = 0;     // what the backend's on_issue() returned for this op
 };
 
 // What a backend reports about one collective it ran.
@@ -39,6 +40,10 @@ class CommBackend {
  public:
   virtual ~CommBackend() = default;
   virtual std::string name() const = 0;  // "mpi-ring", "mpi-native", "nccl"
+  // Called on the issuing thread as the op is queued: a device backend marks there what the op
+  // must wait for (the compute queued so far, which produced its inputs) and returns a token
+  // that run() finds in op.issue_mark. Host backends need nothing: inputs are ready at issue.
+  virtual uint64_t on_issue() { return 0; }
   // Runs op to completion on the calling (comm) thread.
   virtual BackendResult run(const CollectiveOp& op) = 0;
 };

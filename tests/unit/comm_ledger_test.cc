@@ -322,6 +322,45 @@ TEST(LedgerFromCommunicator, TimeIsTheWallClockWhenTheBackendDoesNotTime) {
   EXPECT_GE(ledger_time_of_one_all_reduce(std::make_unique<TimedBackend>(20, -1)), 0.02);
 }
 
+// The NCCL case again: a device backend marks each op's inputs when it is issued, on the
+// issuing thread (the compute queued by then), and run() on the comm thread receives that mark.
+class MarkingBackend : public CommBackend {
+ public:
+  std::string name() const override { return "marking"; }
+  uint64_t on_issue() override {
+    issue_threads.push_back(std::this_thread::get_id());  // only the issuing thread appends
+    return 100 + issue_threads.size();
+  }
+  BackendResult run(const CollectiveOp& op) override {
+    run_marks.push_back(op.issue_mark);  // only the comm thread appends
+    run_threads.push_back(std::this_thread::get_id());
+    return {};
+  }
+  std::vector<std::thread::id> issue_threads, run_threads;
+  std::vector<uint64_t> run_marks;
+};
+
+TEST(LedgerFromCommunicator, BackendMarksEachOpOnTheIssuingThreadAndRunSeesTheMark) {
+  const Topology t;
+  Ledger ledger;
+  auto owned = std::make_unique<MarkingBackend>();
+  MarkingBackend& backend = *owned;
+  float x[3] = {1, 2, 3};
+  {
+    Communicator comm(t, std::move(owned), ledger);
+    CommHandle a = comm.all_reduce_async(x, 1, DType::kF32, GroupKind::kWorld);
+    CommHandle b = comm.broadcast_async(x + 1, 1, DType::kF32, 0, GroupKind::kWorld);
+    comm.barrier(GroupKind::kWorld);
+    a.wait();
+    b.wait();
+    comm.synchronize();
+    EXPECT_EQ(backend.run_marks, (std::vector<uint64_t>{101, 102, 103}));
+    ASSERT_EQ(backend.issue_threads.size(), 3u);
+    for (auto id : backend.issue_threads) EXPECT_EQ(id, std::this_thread::get_id());
+    for (auto id : backend.run_threads) EXPECT_NE(id, std::this_thread::get_id());
+  }
+}
+
 TEST(LedgerFromCommunicator, WaitBlocksUntilDoneAndCountsBlockedTime) {
   const Topology t;
   auto backend = std::make_unique<FakeBackend>();

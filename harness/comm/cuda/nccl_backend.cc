@@ -1,6 +1,6 @@
 // NcclBackend: one NCCL communicator per group kind (world from an MPI-broadcast unique id,
-// intra/inter split from it), a dedicated communication stream that waits on the compute
-// stream before each collective, and a blocking run() for the Communicator's comm thread that
+// intra/inter split from it), a dedicated communication stream on which each collective waits
+// for the compute queued when it was issued (an event recorded by on_issue), and a blocking run() for the Communicator's comm thread that
 // times the collective with events on the comm stream (not its wait for compute).
 // It does not count bytes (NCCL's transfers are not visible): the ledger gets the ring model.
 #include "harness/comm/cuda/nccl_backend.h"
@@ -8,6 +8,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "harness/comm/ledger.h"
@@ -48,7 +50,8 @@ class NcclBackend final : public CommBackend {
     check_size(inter_, topo_.inter());
     // Non-blocking: must not serialise with the legacy default stream.
     SB_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
-    SB_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : issued_)
+      SB_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     SB_CUDA_CHECK(cudaEventCreate(&coll_start_));  // default flags: timing enabled
     SB_CUDA_CHECK(cudaEventCreate(&coll_end_));
     SB_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
@@ -66,11 +69,22 @@ class NcclBackend final : public CommBackend {
     cudaFree(barrier_buf_);
     cudaEventDestroy(coll_end_);
     cudaEventDestroy(coll_start_);
-    cudaEventDestroy(compute_done_);
+    for (cudaEvent_t e : issued_) cudaEventDestroy(e);
     cudaStreamDestroy(comm_);
   }
 
   std::string name() const override { return "nccl"; }
+
+  // On the issuing (main) thread: mark the compute queued so far, which produced this op's
+  // inputs. Marking later, on the comm thread, would also wait for compute the main thread
+  // queued since (the next layer's backward), delaying the collective and hiding less of it.
+  // A slot is recorded again kIssueSlots ops later; if its op has not started by then it waits
+  // for the newer mark: later compute, so still correct, only less overlapped.
+  uint64_t on_issue() override {
+    const uint64_t mark = next_mark_.fetch_add(1);
+    SB_CUDA_CHECK(cudaEventRecord(issued_[mark % kIssueSlots], compute_));
+    return mark;
+  }
 
   BackendResult run(const CollectiveOp& op) override {
     SB_CHECK(op.group != nullptr, "collective without a group");
@@ -79,11 +93,8 @@ class NcclBackend final : public CommBackend {
     ncclComm_t comm = comm_for(op.group->kind);
     const int n = op.group->size();
     const ncclDataType_t t = nccl_type(op.dtype);
-    // Order after everything already queued on the compute stream (it produced the inputs).
-    // Recorded when the comm thread reaches this op, so it may also wait for later compute:
-    // correct, only more conservative than an event recorded at issue time.
-    SB_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
-    SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, compute_done_, 0));
+    // Order after the compute that was queued when the op was issued (on_issue).
+    SB_CUDA_CHECK(cudaStreamWaitEvent(comm_, issued_[op.issue_mark % kIssueSlots], 0));
     // Timed on the comm stream from after its wait for compute: that wait (possibly for compute
     // later than this op's inputs) is not communication time, but the wall clock around run()
     // would include it. The interval still includes waiting for peer ranks inside NCCL, as
@@ -155,7 +166,9 @@ class NcclBackend final : public CommBackend {
   int device_;
   cudaStream_t compute_;
   cudaStream_t comm_ = nullptr;
-  cudaEvent_t compute_done_ = nullptr;
+  static constexpr size_t kIssueSlots = 256;
+  std::array<cudaEvent_t, kIssueSlots> issued_{};  // compute marks, one per op in flight
+  std::atomic<uint64_t> next_mark_{0};
   cudaEvent_t coll_start_ = nullptr, coll_end_ = nullptr;  // timing: the collective alone
   ncclComm_t world_ = nullptr, intra_ = nullptr, inter_ = nullptr;
   float* barrier_buf_ = nullptr;
