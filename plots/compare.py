@@ -47,7 +47,10 @@ SAME_TOP = ["kind", "backend", "traffic_accounting"]
 SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "batch_per_rank",
                "seq_len", "precision", "wrap", "bucket_mb", "collectives", "backward_prefetch",
                "forward_prefetch", "limit_all_gathers", "overlap", "prefetch_elements",
-               "persist_elements"]
+               "persist_elements", "matmul_precision"]
+# What a key missing from an older file meant (files before matmul_precision computed every
+# matmul in fp32).
+CONFIG_DEFAULTS = {"matmul_precision": "fp32"}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 
@@ -195,8 +198,9 @@ def config_differences(base, new):
             hard.append(f"{k}: {base.get(k)!r} -> {new.get(k)!r}")
     bc, nc = base.get("config") or {}, new.get("config") or {}
     for k in SAME_CONFIG:
-        if bc.get(k) != nc.get(k):
-            hard.append(f"config.{k}: {bc.get(k)!r} -> {nc.get(k)!r}")
+        b, n = bc.get(k, CONFIG_DEFAULTS.get(k)), nc.get(k, CONFIG_DEFAULTS.get(k))
+        if b != n:
+            hard.append(f"config.{k}: {b!r} -> {n!r}")
     for k in WARN_CONFIG:
         if bc.get(k) != nc.get(k):
             soft.append(f"config.{k}: {bc.get(k)!r} -> {nc.get(k)!r}")

@@ -365,5 +365,18 @@ class CompareTest(Base):
         self.assertIn("world_size", out)
 
 
+    def test_matmul_precision_is_part_of_the_experiment(self):
+        # Files from before the key computed every matmul in fp32: missing == "fp32".
+        old = make_results()
+        old["config"].pop("matmul_precision", None)
+        new = copy.deepcopy(old)
+        new["config"]["matmul_precision"] = "fp32"
+        rc, out = run(COMPARE, self.write("old.json", old), self.write("new.json", new))
+        self.assertEqual(rc, 0, out)
+        new["config"]["matmul_precision"] = "bf16"
+        rc, out = run(COMPARE, self.write("old.json", old), self.write("bf16.json", new))
+        self.assertEqual(rc, 2, out)
+        self.assertIn("matmul_precision", out)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
