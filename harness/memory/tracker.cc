@@ -38,13 +38,12 @@ MemoryTracker::MemoryTracker(RawAllocator raw) : raw_(std::move(raw)) {}
 
 void* MemoryTracker::allocate(MemCategory c, size_t bytes) {
   if (limit_ != 0 && current_total_ + bytes > limit_) {
-    MemBreakdown would = current_;
-    would[int(c)] += bytes;
     std::ostringstream os;
     os << "out of memory: allocating " << bytes << " bytes of " << category_name(c)
        << " would exceed the per-rank limit of " << limit_ << " bytes; in use "
        << current_total_ << " bytes (" << format_breakdown(current_) << ")";
-    throw OutOfMemory(os.str());
+    if (!defer_) throw OutOfMemory(os.str());
+    if (overflow_.empty()) overflow_ = os.str();
   }
   void* p = raw_.allocate(bytes);
   if (p == nullptr) throw OutOfMemory(std::string("allocator returned null for ") +

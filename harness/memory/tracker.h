@@ -58,6 +58,13 @@ class MemoryTracker {
 
   void set_limit(uint64_t bytes) { limit_ = bytes; }  // 0 = no limit
   uint64_t limit() const { return limit_; }
+  // Deferred: an allocation past the limit is still made, and the first such OutOfMemory
+  // message is kept for the caller to act on at a point every rank reaches (the end of a
+  // step). One rank throwing mid-step would leave the others blocked in the step's
+  // collectives. Only the limit defers: a failing RawAllocator still throws.
+  void defer_limit_failures(bool defer) { defer_ = defer; }
+  bool over_limit() const { return !overflow_.empty(); }
+  const std::string& over_limit_message() const { return overflow_; }
   void reset_peak();  // peak := current (start of a measurement window)
 
   static std::string format_breakdown(const MemBreakdown& b);
@@ -71,6 +78,8 @@ class MemoryTracker {
   uint64_t current_total_ = 0;
   uint64_t peak_total_ = 0;
   uint64_t limit_ = 0;
+  bool defer_ = false;
+  std::string overflow_;
 };
 
 // Move-only RAII buffer of n elements of T, counted under one category.

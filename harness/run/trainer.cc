@@ -24,9 +24,10 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Deliberate failures for the robustness tests: a crash, a stall, or an allocation failure on
-// one rank only (the asymmetric case that a real OOM on one GPU produces).
-void maybe_inject_fault(const RunConfig::Fault& f, int rank) {
+// Deliberate failures for the robustness tests: a crash, a stall, or running out of memory on
+// one rank only, mid-step (the asymmetric case): "oom" caps this rank's tracker at what it
+// holds, so the step's next allocation goes past the limit as a real one would.
+void maybe_inject_fault(const RunConfig::Fault& f, int rank, MemoryTracker& memory) {
   static int global_step = 0;
   const int step = global_step++;
   if (f.rank != rank || f.step != step) return;
@@ -35,7 +36,15 @@ void maybe_inject_fault(const RunConfig::Fault& f, int rank) {
   if (f.kind == "exit") std::_Exit(3);
   if (f.kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  if (f.kind == "oom") throw OutOfMemory("injected out of memory on rank " + std::to_string(rank));
+  if (f.kind == "oom") memory.set_limit(std::max<uint64_t>(memory.current_total(), 1));
+}
+
+// Every rank learns whether any rank went past its memory limit (deferred in the tracker), at
+// a point all reach with no collective in flight; then all throw together, each with its own
+// message or none.
+void throw_if_any_rank_over_limit(MpiRuntime& mpi, const MemoryTracker& memory) {
+  if (mpi.max_over_ranks(memory.over_limit() ? 1.0 : 0.0) > 0)
+    throw OutOfMemory(memory.over_limit_message());
 }
 
 // The device's matmul precision for one strategy's run: bf16-mixed asks for bf16 matmuls
@@ -81,6 +90,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   run.device_before = device.memory_info();
   MemoryTracker memory(device.allocator());
   if (cfg.mem_limit_gb > 0) memory.set_limit(uint64_t(cfg.mem_limit_gb * (1ull << 30)));
+  memory.defer_limit_failures(true);  // see throw_if_any_rank_over_limit
   const MatmulPrecisionScope matmul(device, cfg.options.precision, memory);
   const ModelLayout layout = make_layout(cfg.model);
   std::unique_ptr<GptModel> model;
@@ -115,6 +125,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     strategy = entry->make(StrategyContext{layout, comm, device, memory, cfg.options});
     strategy->setup();
     comm.synchronize();
+    throw_if_any_rank_over_limit(mpi, memory);
     run.padded_params = strategy->padded_params();
     const int total = cfg.warmup + cfg.steps;
     for (int step = 0; step < total; ++step) {
@@ -128,7 +139,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
       // same global batch, so a 1-rank run computes the same step.
       make_batch(cfg.options.seed, uint64_t(step) * N * b + uint64_t(rank) * b, b, T,
                  cfg.model.vocab, tokens.data(), targets.data());
-      maybe_inject_fault(cfg.fault, rank);
+      maybe_inject_fault(cfg.fault, rank, memory);
       const size_t ledger_mark = comm.ledger().size();
       comm.reset_blocked_seconds();
       const auto t0 = Clock::now();
@@ -141,6 +152,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
       device.synchronize();
       const double local_time = seconds_since(t0);
       const double local_exposed = comm.blocked_seconds();
+      throw_if_any_rank_over_limit(mpi, memory);
       run.loss.push_back(mpi.sum_over_ranks(double(loss)) / N);
       const double step_time = mpi.max_over_ranks(local_time);
       const double exposed = mpi.max_over_ranks(local_exposed);
@@ -156,7 +168,8 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
     link_steps = link_traffic(link_before, sample_link(mpi, topo), mpi, topo);
     if (link_steps.available)
       link_harness = measure_link(mpi, topo, [&] {
-        for (int s = 0; s < cfg.steps; ++s) {  // as in the loop: loss, step time, exposed time
+        for (int s = 0; s < cfg.steps; ++s) {  // as in the loop: limit, loss, step, exposed
+          mpi.max_over_ranks(0.0);
           mpi.sum_over_ranks(0.0);
           mpi.max_over_ranks(0.0);
           mpi.max_over_ranks(0.0);
@@ -189,9 +202,15 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   const int worst = int(mpi.max_over_ranks(double(failed)));
   if (worst != 0) {
     run.status = worst == 1 ? "oom" : "error";
-    std::string msg = run.error;
-    mpi.broadcast_string(msg, 0);  // rank 0's message (or, if it did not fail, say so below)
-    if (msg.empty()) msg = "failed on another rank (see its log)";
+    // The message of the lowest rank that has one (a rank over its limit, not those that
+    // merely stopped with it).
+    const bool has_message = failed != 0 && !run.error.empty();
+    const int source = N - int(mpi.max_over_ranks(has_message ? double(N - rank) : 0.0));
+    std::string msg = source < N ? run.error : std::string("failed (see the ranks' logs)");
+    if (source < N) {
+      mpi.broadcast_string(msg, source);
+      if (N > 1) msg = "rank " + std::to_string(source) + ": " + msg;
+    }
     run.error = msg;
     run.step_time_s.clear();
     run.step_entries.clear();

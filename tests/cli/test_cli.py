@@ -104,9 +104,11 @@ class AtomicWriteTest(unittest.TestCase):
 
 
 class FaultTest(unittest.TestCase):
-    """A rank that exits, hangs or fails an allocation at step 9 (strategy 5 of 8, two steps
-    each) ends the job in bounded time, names the rank and the collective, and leaves the first
-    four strategies' results intact; --resume then finishes the matrix without redoing them."""
+    """A rank that exits or hangs at step 9 (strategy 5 of 8, two steps each) ends the job in
+    bounded time, names the rank and the collective, and leaves the first four strategies'
+    results intact; --resume then finishes the matrix without redoing them. A rank that runs
+    out of memory there (one rank only, mid-step) fails that strategy alone: it is recorded as
+    oom with that rank's message and the other seven still run."""
 
     def run_fault(self, kind):
         out = os.path.join(tempfile.mkdtemp(prefix="sbfault"), "r.json")
@@ -127,15 +129,12 @@ class FaultTest(unittest.TestCase):
         self.assertEqual(validate(out).returncode, 0)
         return out
 
-    def test_exit(self):
-        self.check("exit", ["[rank 2] injected fault: exit at step 9"])
-
     def test_hang(self):
         self.check("hang", ["[rank 2] injected fault: hang", "watchdog: ", "waiting on ring predecessor rank",
                             "--timeout-s"])
 
-    def test_oom_then_resume(self):
-        out = self.check("oom", ["[rank 2] injected fault: oom", "watchdog:"])
+    def test_exit_then_resume(self):
+        out = self.check("exit", ["[rank 2] injected fault: exit at step 9"])
         p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--steps", "2",
                "--warmup", "0", "--out", out, "--resume")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -146,6 +145,21 @@ class FaultTest(unittest.TestCase):
                "--warmup", "0", "--out", out, "--resume")
         self.assertEqual(p.returncode, 2)
         self.assertIn("different configuration", p.stderr)
+
+    def test_oom_on_one_rank_fails_only_that_strategy(self):
+        p, out, seconds = self.run_fault("oom")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertLess(seconds, 60)
+        self.assertNotIn("watchdog", p.stderr)
+        doc = load(out)
+        status = {r["strategy"]: r["status"] for r in doc["results"]}
+        self.assertEqual(len(status), 8)
+        self.assertEqual(status.pop("fsdp_full_shard"), "oom")
+        self.assertEqual(set(status.values()), {"ok"})
+        err = next(r["error"] for r in doc["results"] if r["strategy"] == "fsdp_full_shard")
+        self.assertIn("rank 2: out of memory", err)
+        self.assertIn("per-rank limit", err)
+        self.assertEqual(validate(out).returncode, 0)
 
 
 class UsageErrorTest(unittest.TestCase):

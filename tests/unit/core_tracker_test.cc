@@ -1,5 +1,6 @@
 // The tracker's figures are what the tests allocate: per category, total, peak, the breakdown
-// at the peak, and the limit turning into OutOfMemory that names the category.
+// at the peak, and the limit turning into OutOfMemory that names the category (at once, or
+// deferred: allocated anyway, the first message kept).
 #include <gtest/gtest.h>
 
 #include "harness/memory/tracker.h"
@@ -59,6 +60,23 @@ TEST(Tracker, LimitRaisesOutOfMemoryNamingTheCategory) {
     EXPECT_NE(msg.find("params=800"), std::string::npos) << msg;
   }
   EXPECT_EQ(t.current_total(), 800u);  // the failed allocation left nothing behind
+}
+
+TEST(Tracker, DeferredLimitAllocatesAndKeepsTheFirstMessage) {
+  MemoryTracker t;
+  t.set_limit(1000);
+  t.defer_limit_failures(true);
+  TrackedBuffer<float> p(t, MemCategory::kParams, 200);  // 800 B fits
+  EXPECT_FALSE(t.over_limit());
+  TrackedBuffer<float> g(t, MemCategory::kOptimizer, 100);  // past the limit: made anyway
+  TrackedBuffer<float> a(t, MemCategory::kActivations, 100);
+  ASSERT_NE(g.data(), nullptr);
+  EXPECT_EQ(t.current_total(), 1600u);
+  EXPECT_EQ(t.peak_total(), 1600u);
+  ASSERT_TRUE(t.over_limit());
+  const std::string& msg = t.over_limit_message();
+  EXPECT_NE(msg.find("optimizer"), std::string::npos) << msg << " (the first, not the second)";
+  EXPECT_EQ(msg.find("activations="), msg.find("activations=0")) << msg;
 }
 
 TEST(Tracker, RssHighWaterMarkIsReadable) {
