@@ -181,7 +181,10 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     env.nccl_version = nccl_version_string();
     const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
     env.peak_flops_per_device =
-        a.peak_gflops > 0 ? a.peak_gflops * 1e9 : cuda_peak_flops(device->name(), bf16);
+        a.peak_gflops > 0
+            ? a.peak_gflops * 1e9
+            : cuda_peak_flops(device->name(), bf16,
+                              !bf16 && dynamic_cast<CudaDevice&>(*device).allow_tf32());
     env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
     env.devices = topo.world_size();
 #endif

@@ -134,15 +134,21 @@ const uint16_t* CudaDevice::bf16_operand(int slot, const float* src, int rows, i
                                          long long stride, int batch) {
   const size_t n = size_t(rows) * cols * batch;
   TrackedBuffer<uint16_t>& buf = operand_[slot];
+  if (n == 0) return buf.data();
   if (n > buf.size()) {
     // Grown once per new largest operand; the old copy's users were queued on this stream
     // before the release, and the allocator hands memory out in stream order.
     buf.reset();
     buf = TrackedBuffer<uint16_t>(*workspace_, MemCategory::kWorkspace, n);
   }
-  auto* dst = reinterpret_cast<__nv_bfloat16*>(buf.data());
-  strided_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, rows, cols, ld, stride,
-                                                                batch);
+  if (ld == cols && (batch == 1 || stride == (long long)rows * cols)) {
+    // Already packed (every linear layer's operands): the plain cast, no index arithmetic.
+    f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(buf.data(), src, n);
+  } else {
+    auto* dst = reinterpret_cast<__nv_bfloat16*>(buf.data());
+    strided_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dst, src, rows, cols, ld,
+                                                                  stride, batch);
+  }
   SB_CUDA_CHECK_LAUNCH();
   return buf.data();
 }
@@ -199,7 +205,7 @@ void CudaDevice::gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, floa
 void CudaDevice::linear_forward(float* out, const float* x, const float* w, const float* b,
                                 int rows, int in, int out_features) {
   gemm(false, true, rows, out_features, in, 1.f, x, in, w, in, 0.f, out, out_features);
-  if (b != nullptr) {
+  if (b != nullptr && rows > 0 && out_features > 0) {
     size_t n = size_t(rows) * out_features;
     add_bias_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, b, rows, out_features);
     SB_CUDA_CHECK_LAUNCH();
