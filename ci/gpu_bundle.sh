@@ -18,7 +18,8 @@ cd "$ROOT"
 ARCHIVE="${1:-.gpu_bundle/sb-gpu.tar.xz}"
 BUILD_DIR="${BUILD_DIR:-build-gpu}"
 ./ci/setup.sh
-[ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_bundle: no CUDA toolkit under /usr/local/cuda" >&2; exit 1; }
+[ -x /usr/local/cuda/bin/nvcc ] ||
+  { echo "gpu_bundle: no CUDA toolkit under /usr/local/cuda" >&2; exit 1; }
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSB_MARCH=x86-64-v3 \
   -DSB_ENABLE_CUDA=ON | grep 'CUDA/NCCL backend ON' ||
   { echo "gpu_bundle: CMake did not enable the CUDA/NCCL backend" >&2; exit 1; }
@@ -38,7 +39,9 @@ ln -sf "$(basename "$(readlink -f /usr/bin/mpirun)")" "$STAGE/mpi/bin/mpirun"
 
 # Every library those load, by soname, except glibc's (the host's must be used) and CUDA's
 # (the GPU machine's driver, toolkit and NCCL are the ones to use).
-skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
+glibc='linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil'
+cuda='libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia'
+skip="^($glibc|$cuda)[.-]"
 for f in "$STAGE"/bin/* "$STAGE"/mpi/bin/* "$STAGE"/mpi/lib/openmpi3/*.so; do
   ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r soname path; do

@@ -240,11 +240,11 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   run.model_state_grads = mpi.max_over_ranks_u64(run.model_state_grads);
   run.model_state_optimizer = mpi.max_over_ranks_u64(run.model_state_optimizer);
   run.rss_hwm_bytes = mpi.max_over_ranks_u64(MemoryTracker::rss_hwm_bytes());
-  for (Device::MemoryInfo* m : {&run.device_before, &run.device_after}) {
-    m->reserved_bytes = mpi.max_over_ranks_u64(m->reserved_bytes);
-    m->peak_reserved_bytes = mpi.max_over_ranks_u64(m->peak_reserved_bytes);
-    m->driver_used_bytes = mpi.max_over_ranks_u64(m->driver_used_bytes);
-  }
+  // What the report shows of the device's memory (report.cc), max over ranks.
+  run.device_before.driver_used_bytes = mpi.max_over_ranks_u64(run.device_before.driver_used_bytes);
+  for (uint64_t* v : {&run.device_after.reserved_bytes, &run.device_after.peak_reserved_bytes,
+                      &run.device_after.driver_used_bytes})
+    *v = mpi.max_over_ranks_u64(*v);
   // [two-host link] per measured step: what crossed the links, the loop's share, the model
   run.link_measured = link_steps.available;
   run.link_bytes_measured = link_steps.bytes_without_retransmits() / uint64_t(cfg.steps);

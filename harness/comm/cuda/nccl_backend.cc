@@ -1,7 +1,8 @@
 // NcclBackend: one NCCL communicator per group kind (world from an MPI-broadcast unique id,
 // intra/inter split from it), a dedicated communication stream on which each collective waits
-// for the compute queued when it was issued (an event recorded by on_issue), and a blocking run() for the Communicator's comm thread that
-// times the collective with events on the comm stream (not its wait for compute).
+// for the compute queued when it was issued (an event recorded by on_issue), and a blocking
+// run() for the Communicator's comm thread that times the collective with events on the comm
+// stream (not its wait for compute).
 // It does not count bytes (NCCL's transfers are not visible): the ledger gets the ring model.
 #include "harness/comm/cuda/nccl_backend.h"
 

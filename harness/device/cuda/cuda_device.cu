@@ -1,6 +1,6 @@
 // CudaDevice: every matmul through cuBLAS (fp32, TF32 when allowed; in bf16 matmul mode bf16
-// operands with fp32 accumulation, on tensor cores) and plain one-thread-per-element / one-warp-per-row kernels for the
-// rest, all on one compute stream. Semantics follow device.h and the CPU device exactly; speed
+// operands with fp32 accumulation, on tensor cores) and plain one-thread-per-element /
+// one-warp-per-row kernels for the rest, all on one compute stream. Semantics follow device.h and the CPU device exactly; speed
 // is "good, not tuned" (no fused attention). Reductions over rows are deterministic except the
 // embedding table gradient (atomicAdd, as llm.c), so repeated runs may differ in the last bits.
 #include "harness/device/cuda/cuda_device.h"
@@ -137,7 +137,8 @@ const uint16_t* CudaDevice::bf16_operand(int slot, const float* src, int rows, i
   if (n == 0) return buf.data();
   if (n > buf.size()) {
     // Grown once per new largest operand; the old copy's users were queued on this stream
-    // before the release, and the allocator hands memory out in stream order.
+    // before the release, and the allocator hands memory out in stream order. Released first,
+    // so the old and the new copy are never counted together.
     buf.reset();
     buf = TrackedBuffer<uint16_t>(*workspace_, MemCategory::kWorkspace, n);
   }

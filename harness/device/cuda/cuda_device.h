@@ -51,7 +51,6 @@ class CudaDevice : public Device {
   // kBf16: every matmul casts its operands into two counted bf16 slots (grown, never shrunk,
   // until kFp32) and runs on tensor cores with fp32 accumulation and fp32 results.
   bool set_matmul_precision(MatmulPrecision p, MemoryTracker* workspace) override;
-  MatmulPrecision matmul_precision() const { return matmul_; }
   // Elements each operand slot holds now (slot 0: op(A) operands, 1: op(B)).
   size_t operand_slot_elements(int slot) const { return operand_[slot].size(); }
 
