@@ -56,6 +56,17 @@ class RunTest(unittest.TestCase):
         v = validate(self.out)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
 
+    def test_cpu_run_says_fp32_matmuls_and_has_no_device_memory(self):
+        # The CPU device has no bf16 matmul: fp32 even for bf16-mixed; no GPU memory figures.
+        out = os.path.join(self.tmp, "bf16.json")
+        p = sb("run", "--model", "tiny", "--strategies", "ddp", "--precision", "bf16-mixed",
+               "--steps", "1", "--warmup", "0", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for doc in (load(self.out), load(out)):
+            self.assertEqual(doc["config"]["matmul_precision"], "fp32")
+            for r in doc["results"]:
+                self.assertIsNone(r["memory"]["device"])
+
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)
         sums = [r["param_checksum"] for r in doc["results"]]
