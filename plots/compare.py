@@ -216,7 +216,7 @@ def by_name(doc):
 
 
 def load(path):
-    doc = sbv.load_results(path)
+    doc = sbv.load_run_results(path)
     problems = sbv.schema_errors(doc)
     if problems:
         more = f" (and {len(problems) - 1} more; run results/validate.py)" if len(problems) > 1 \

@@ -79,7 +79,7 @@ def get(obj, dotted, default=None):
 def load_runs(paths, labels):
     runs = []
     for i, path in enumerate(paths):
-        doc = sbv.load_results(path)  # BadInput -> exit 2 in main
+        doc = sbv.load_run_results(path)  # BadInput -> exit 2 in main
         try:
             problems = sbv.schema_errors(doc)
         except sbv.BadInput as e:  # jsonschema missing: plot anyway

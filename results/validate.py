@@ -84,6 +84,16 @@ def load_results(path):
     return doc
 
 
+def load_run_results(path):
+    """load_results() for the tools that read measurements (plots, compare): a prediction
+    document (kind "prediction", from `shardbench predict --json`) is refused with BadInput."""
+    doc = load_results(path)
+    if doc.get("kind", "run") != "run":
+        raise BadInput(f"{path}: a prediction (kind {doc.get('kind')!r}), not a run's results; "
+                       "this tool reads what `shardbench run --out` writes")
+    return doc
+
+
 def json_path(parts, doc=None):
     """['results', 3, 'memory'] -> "$.results[3].memory (strategy zero3)"."""
     out = "$"

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/predict/predict.h"
 #include "harness/run/report.h"
@@ -219,7 +220,8 @@ void add_predict_command(CLI::App& app) {
                         ", or L,C,H,T,V")
           ->capture_default_str();
   p->add_option("--params", a.params,
-                "A bare parameter count instead of --model (model state and bytes only)")
+                "A bare parameter count instead of --model (model state and bytes only), e.g. 7.5e9")
+      ->transform(whole_number(1, 1'000'000'000'000'000))
       ->excludes(model);
   p->add_option("--strategies", a.strategies, "all, or a comma list")->capture_default_str();
   p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str();
@@ -238,8 +240,10 @@ void add_predict_command(CLI::App& app) {
   p->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")
       ->capture_default_str();
   p->add_option("--persist-elements", a.persist_elements, "ZeRO-3 persistence threshold")
+      ->transform(whole_number(0))
       ->capture_default_str();
   p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
+      ->transform(whole_number(1))
       ->capture_default_str();
   p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
       ->capture_default_str();
@@ -250,7 +254,8 @@ void add_predict_command(CLI::App& app) {
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");
   p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits");
   p->add_option("--max-world", a.max_world, "Largest world --fit tries")->capture_default_str();
-  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)");
+  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)")
+      ->check(CLI::Range(1, 100'000'000));
   p->add_flag("--show-cluster", a.show_cluster,
               "Print the cluster as JSON (a template for --cluster FILE)");
   p->add_option("--json", a.json, "Write the prediction document here");
@@ -270,6 +275,7 @@ int predict_command() {
   }
   const PredictConfig cfg = to_config(a, cl);
   const std::vector<std::string> names = parse_strategy_list(a.strategies);
+  if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
   if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
   if (a.fit) return run_fit(cfg, cl, names, a);
   std::vector<Prediction> ps;

@@ -28,6 +28,10 @@ std::vector<BenchmarkMetrics> read_result_metrics(std::string_view text) {
   if (!doc.is_object() || !doc.contains("suite") || doc["suite"] != "shardbench" ||
       !doc.contains("results") || !doc["results"].is_array())
     throw ResultsError("not a shardbench results file");
+  if (doc.contains("kind") && doc["kind"] != "run")
+    throw ResultsError("a prediction (kind '" +
+                       (doc["kind"].is_string() ? doc["kind"].get<std::string>() : "?") +
+                       "'), not a run's results; export reads what `shardbench run --out` writes");
   std::string prefix;
   if (doc.contains("config") && doc["config"].is_object()) {
     const json& c = doc["config"];

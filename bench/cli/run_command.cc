@@ -17,6 +17,7 @@
 extern "C" char* openblas_get_config();    // OpenBLAS: build configuration string
 extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 
+#include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
@@ -54,39 +55,22 @@ double measure_sgemm_gflops() {
   return best;
 }
 
-// Re-executes this binary under mpirun with the same arguments minus --np.
-int launch_mpirun(const RunArgs& a, int argc, char** argv) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(a.np), "--oversubscribe",
-                                   "--bind-to", "none", "-x", "OPENBLAS_NUM_THREADS=1"};
-  if (std::getenv("OPENBLAS_CORETYPE")) {  // the kernel choice of select_blas_kernels
-    args.push_back("-x");
-    args.push_back("OPENBLAS_CORETYPE");
+// Rank 0 checks --out and takes its lock before the first strategy; every rank learns the
+// verdict through one broadcast, so a bad path or a second run on the same file stops them all.
+std::unique_ptr<OutputLock> claim_output(const std::string& path, MpiRuntime& mpi) {
+  std::string verdict = "ok";
+  std::unique_ptr<OutputLock> lock;
+  if (mpi.rank() == 0) {
+    try {
+      prepare_output_path("--out", path);
+      lock = std::make_unique<OutputLock>("--out", path);
+    } catch (const UsageError& e) {
+      verdict = e.what();
+    }
   }
-  if (geteuid() == 0) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  }
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  args.push_back(self);
-  bool have_peak = a.peak_gflops > 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s == "--np") { ++i; continue; }
-    if (s.rfind("--np=", 0) == 0) continue;
-    args.push_back(s);
-  }
-  if (!have_peak && a.device == "cpu") {
-    // Calibrate once, alone, before the ranks compete for the cores.
-    args.push_back("--peak-gflops");
-    args.push_back(fmt::format("{:.3f}", measure_sgemm_gflops()));
-  }
-  std::vector<char*> cargv;
-  for (auto& s : args) cargv.push_back(s.data());
-  cargv.push_back(nullptr);
-  execvp("mpirun", cargv.data());
-  std::fprintf(stderr, "shardbench: cannot start mpirun (%s); install openmpi-bin (ci/setup.sh)\n",
-               std::strerror(errno));
-  return 2;
+  mpi.broadcast_string(verdict, 0);
+  if (verdict != "ok") throw UsageError(verdict);
+  return lock;
 }
 
 // --resume: the ok results already in `path` for this exact config (rank 0 reads; every rank
@@ -148,10 +132,17 @@ void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
 
 int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  if (!inside_mpi_job()) {  // fail before any MPI job starts; rank 0 checks again in the job
+    prepare_output_path("--out", a.out);
+    OutputLock probe("--out", a.out);
+  }
   if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv,
                             a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
-  if (a.np > 0 && !inside_mpi_job()) return launch_mpirun(a, argc, argv);
+  if (a.np > 0 && !inside_mpi_job()) {
+    return launch_mpirun(a, argc, argv,
+                         a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
+  }
   Watchdog::set_timeout(a.timeout_s);
 
   const double probe = a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops();
@@ -164,6 +155,12 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                  a.ranks_per_node, mpi.world_size()));
   const Topology topo = mpi.topology(a.ranks_per_node);
   const bool root = topo.rank() == 0;
+  if (cfg.fault.kind.rfind("kill-", 0) == 0) {  // a fault in the results write, not in a step
+    if (root)
+      set_write_fault(cfg.fault.step, cfg.fault.kind == "kill-mid-write" ? WriteFault::kMidWrite
+                                                                         : WriteFault::kBeforeRename);
+    cfg.fault = {};
+  }
 
   std::unique_ptr<Device> device;
   std::unique_ptr<CommBackend> backend;
@@ -217,8 +214,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                names.size(), cfg.warmup, cfg.steps);
   std::vector<StrategyRun> runs;
   std::vector<nlohmann::json> results;
-  if (root && std::filesystem::path(a.out).has_parent_path())
-    std::filesystem::create_directories(std::filesystem::path(a.out).parent_path());
+  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, mpi);
   const auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
                             : std::map<std::string, nlohmann::json>{};
   if (topo.num_nodes() == 1 && root && !a.quiet)
@@ -262,7 +258,15 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     print_table(runs, tokens);
     fmt::print("results: {}\n", a.out);
   }
-  return 0;
+  // Exit 1 when no strategy ended ok (all oom/error): the file records why, but a script
+  // chaining run && export must not take an empty matrix for a result.
+  const bool any_ok = std::any_of(results.begin(), results.end(), [](const nlohmann::json& r) {
+    return r.value("status", "") == "ok";
+  });
+  if (!any_ok && root)
+    fmt::print(stderr, "shardbench: no strategy succeeded ({} of {} failed); see {}\n",
+               results.size(), results.size(), a.out);
+  return any_ok ? 0 : 1;
 }
 
 }  // namespace sb

@@ -1,6 +1,12 @@
 // Flag registration and validation for `shardbench run` (see header).
 #include "bench/cli/run_options.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "harness/model/config.h"
@@ -13,7 +19,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_option("--strategies", a.strategies, "all, or a comma list of: " + fmt::format("{}", fmt::join(strategy_names(), ",")))
       ->capture_default_str();
-  app->add_option("--np", a.np, "Launch a local MPI job of this many ranks (standalone use)");
+  app->add_option("--np", a.np, "Launch a local MPI job of this many ranks (standalone use)")
+      ->check(CLI::Range(1, 4096));
   app->add_option("--ranks-per-node", a.ranks_per_node,
                   "Ranks per (virtual) node; 0 = from MPI_COMM_TYPE_SHARED")->capture_default_str();
   app->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
@@ -33,12 +40,16 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory limit in GiB (0 = none)")
       ->capture_default_str();
-  app->add_option("--seed", a.seed, "Seed of the initial model and the data")->capture_default_str();
+  app->add_option("--seed", a.seed, "Seed of the initial model and the data")
+      ->transform(whole_number(0))
+      ->capture_default_str();
   app->add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str();
   app->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket (elements)")
+      ->transform(whole_number(1))
       ->capture_default_str();
   app->add_option("--persist-elements", a.persist_elements,
                   "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
+      ->transform(whole_number(0))
       ->capture_default_str();
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
@@ -59,6 +70,32 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
 }
 
+CLI::Validator whole_number(uint64_t min, uint64_t max) {
+  const std::string allowed = fmt::format("allowed a whole number in {}..{}", min, max);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const char* s = text.c_str();
+        const char* end = s + text.size();
+        uint64_t v = 0;
+        const auto [p, ec] = std::from_chars(s, end, v);  // plain digits: exact
+        if (ec != std::errc() || p != end) {
+          // Scientific or decimal notation (7.5e9): exact only when the value is whole.
+          char* stop = nullptr;
+          errno = 0;
+          const long double x = std::strtold(s, &stop);
+          if (text.empty() || stop != end || errno != 0 || !std::isfinite(x) || x < 0 ||
+              x != std::floor(x) || x > 18446744073709551615.0L)
+            return fmt::format("{}: {}", text, allowed);
+          v = uint64_t(x);
+        }
+        if (text.find('-') != std::string::npos || v < min || v > max)
+          return fmt::format("{}: {}", text, allowed);
+        text = std::to_string(v);
+        return std::string();
+      },
+      "UINT", "whole_number");
+}
+
 std::vector<std::string> parse_strategy_list(const std::string& s) {
   if (s == "all") return strategy_names();
   std::vector<std::string> out;
@@ -70,6 +107,9 @@ std::vector<std::string> parse_strategy_list(const std::string& s) {
     if (find_strategy(name) == nullptr)
       throw UsageError(fmt::format("--strategies: unknown strategy '{}'; allowed: all or {}", name,
                                    fmt::join(strategy_names(), ",")));
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      throw UsageError(fmt::format(
+          "--strategies: '{}' is listed twice; allowed: each strategy at most once", name));
     out.push_back(name);
     pos = end + 1;
   }
@@ -143,7 +183,8 @@ RunConfig to_run_config(const RunArgs& a) {
   c.mem_limit_gb = a.mem_limit_gb;
   c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
   c.device = a.device;
-  require(a.timeout_s > 0 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "(0, 1000000]");
+  // Below a second a busy, oversubscribed machine trips the watchdog on an ordinary wait.
+  require(a.timeout_s >= 1 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "1..1000000");
   if (!a.inject_fault.empty()) {
     const auto p1 = a.inject_fault.find(':'), p2 = a.inject_fault.find(':', p1 + 1);
     bool ok = p1 != std::string::npos && p2 != std::string::npos;
@@ -155,9 +196,13 @@ RunConfig to_run_config(const RunArgs& a) {
         ok = false;
       }
       c.fault.kind = a.inject_fault.substr(p2 + 1);
-      ok = ok && (c.fault.kind == "exit" || c.fault.kind == "hang" || c.fault.kind == "oom");
+      // kill-*: `step` is the Nth write of the results file, by rank 0 (the only writer)
+      const bool write = c.fault.kind == "kill-mid-write" || c.fault.kind == "kill-before-rename";
+      ok = ok && (c.fault.kind == "exit" || c.fault.kind == "hang" || c.fault.kind == "oom" ||
+                  (write && c.fault.rank == 0 && c.fault.step >= 1));
     }
-    require(ok, "--inject-fault", a.inject_fault, "rank:step:exit|hang|oom");
+    require(ok, "--inject-fault", a.inject_fault,
+            "rank:step:exit|hang|oom or 0:N:kill-mid-write|kill-before-rename");
   }
   auto& o = c.options;
   o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;

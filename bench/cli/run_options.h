@@ -3,6 +3,7 @@
 // every rank before the first collective with one line naming the flag and what is allowed.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,11 +52,20 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A whole-number flag (counts, seeds): accepts 123 and exact scientific notation (7.5e9, 5e7),
+// rejects signs, fractions and values outside [min, max] with "FLAG: VALUE: allowed ...", and
+// hands CLI11 the plain digits, so an unsigned flag never wraps a negative value to 2^64 - 1.
+CLI::Validator whole_number(uint64_t min, uint64_t max = UINT64_MAX);
+
 void add_run_options(CLI::App* app, RunArgs& a);
 RunConfig to_run_config(const RunArgs& a);  // throws UsageError
 std::vector<std::string> parse_strategy_list(const std::string& s);  // throws UsageError
 
 int run_command(const RunArgs& a, int argc, char** argv);
+// --np N outside an MPI job: runs mpirun on this binary as a child, forwarding signals, with a
+// private OpenMPI session directory removed at the end (bench/cli/mpi_launch.cc). peak_gflops
+// > 0 is passed on as --peak-gflops. Returns mpirun's exit status.
+int launch_mpirun(const RunArgs& a, int argc, char** argv, double peak_gflops);
 // --hosts netns: execs ci/two_host.sh with the remaining arguments (G = --ranks-per-node, or
 // --np / 2, default 2 ranks per host); peak_gflops > 0 is passed on as --peak-gflops.
 int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops);

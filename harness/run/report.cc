@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -240,15 +241,32 @@ json run_document(const RunConfig& cfg, const Topology& topo, const Environment&
               {"results", results}};
 }
 
+namespace {
+struct {
+  int nth = 0;
+  WriteFault where = WriteFault::kNone;
+} g_write_fault;
+}  // namespace
+
+void set_write_fault(int nth_write, WriteFault where) { g_write_fault = {nth_write, where}; }
+
 void write_json_atomic(const std::string& path, const json& doc) {
+  static int writes = 0;
+  const bool fault = g_write_fault.where != WriteFault::kNone && ++writes == g_write_fault.nth;
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
     std::ofstream f(tmp, std::ios::trunc);
     if (!f) throw std::runtime_error("cannot write " + tmp);
-    f << doc.dump(2) << "\n";
+    const std::string text = doc.dump(2) + "\n";
+    if (fault && g_write_fault.where == WriteFault::kMidWrite) {
+      f.write(text.data(), std::streamsize(text.size() / 2)).flush();
+      std::raise(SIGKILL);
+    }
+    f << text;
     f.flush();
     if (!f) throw std::runtime_error("write failed: " + tmp);
   }
+  if (fault && g_write_fault.where == WriteFault::kBeforeRename) std::raise(SIGKILL);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename " + tmp + " to " + path);

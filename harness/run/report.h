@@ -32,6 +32,12 @@ nlohmann::json run_document(const RunConfig& cfg, const Topology& topo, const En
 // Writes `doc` to path.tmp.<pid> and renames it over path. Throws std::runtime_error on failure.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc);
 
+// Hidden test hook (--inject-fault 0:N:kill-mid-write|kill-before-rename): the Nth call of
+// write_json_atomic in this process kills the process (SIGKILL) with half of the temp file
+// written, or with all of it written but not yet renamed over the target.
+enum class WriteFault { kNone, kMidWrite, kBeforeRename };
+void set_write_fault(int nth_write, WriteFault where);
+
 std::string git_commit();
 std::string host_name();
 std::string utc_now_iso();
