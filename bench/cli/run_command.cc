@@ -155,6 +155,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                  a.ranks_per_node, mpi.world_size()));
   const Topology topo = mpi.topology(a.ranks_per_node);
   const bool root = topo.rank() == 0;
+  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, mpi);
   if (cfg.fault.kind.rfind("kill-", 0) == 0) {  // a fault in the results write, not in a step
     if (root)
       set_write_fault(cfg.fault.step, cfg.fault.kind == "kill-mid-write" ? WriteFault::kMidWrite
@@ -214,7 +215,6 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                names.size(), cfg.warmup, cfg.steps);
   std::vector<StrategyRun> runs;
   std::vector<nlohmann::json> results;
-  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, mpi);
   const auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
                             : std::map<std::string, nlohmann::json>{};
   if (topo.num_nodes() == 1 && root && !a.quiet)

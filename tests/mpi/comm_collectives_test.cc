@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/comm/communicator.h"
@@ -75,7 +76,8 @@ class Collectives : public ::testing::TestWithParam<CollectiveImpl> {
     EXPECT_EQ(e.count, count);
     EXPECT_EQ(e.dtype, d);
     EXPECT_EQ(e.payload_bytes, S);
-    EXPECT_GE(e.time_s, 0.0);
+    EXPECT_GT(e.time_s, 0.0) << "measured around the call";  // a wall-clock interval
+    EXPECT_LT(e.time_s, 60.0);
     EXPECT_EQ(e.counted, ring() && k != CollKind::kBarrier);
     const HopBytes model = ring_model_sent(k, count, d, grp, topo_, root);
     EXPECT_EQ(e.sent.intra, model.intra);
@@ -330,10 +332,17 @@ TEST_P(Collectives, WaitAccountsBlockedTime) {
   comm_->reset_blocked_seconds();
   EXPECT_EQ(comm_->blocked_seconds(), 0.0);
   Buf buf(DType::kF32, 4096);
+  // The last rank enters 100 ms late: every other rank's wait must count that time as blocked
+  // (it cannot finish before the last rank joins); the late rank itself barely waits.
+  const bool late = topo_.rank() == topo_.world_size() - 1;
+  if (late) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CommHandle h = comm_->all_reduce_async(buf.data(), 4096, DType::kF32, GroupKind::kWorld);
   h.wait();
   EXPECT_TRUE(h.done());
-  EXPECT_GE(comm_->blocked_seconds(), 0.0);
+  // (At a world of 1 no one waits; comm_ledger_test covers the accounting with a slow backend.)
+  if (!late) {
+    EXPECT_GE(comm_->blocked_seconds(), 0.09) << "waited on a peer 100 ms late";
+  }
   CommHandle none;
   EXPECT_FALSE(none.valid());
   EXPECT_TRUE(none.done());

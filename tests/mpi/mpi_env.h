@@ -7,5 +7,8 @@
 namespace sb::testing {
 extern MpiRuntime* g_runtime;
 extern int g_ranks_per_node;  // from --rpn=G; 0 = nodes from MPI_COMM_TYPE_SHARED
+// From --model=SPEC (default "tiny"): the shape the strategy tests train. mpi_tests.cmake runs
+// them also on an "odd" shape whose sizes divide none of 2, 3, 4, at a world of 3 (padding).
+extern const char* g_model_spec;
 inline Topology test_topology() { return g_runtime->topology(g_ranks_per_node); }
 }  // namespace sb::testing

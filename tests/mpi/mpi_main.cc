@@ -1,5 +1,5 @@
 // Shared main of the multi-rank GoogleTest binaries: MPI up before the tests, down after, the
-// virtual-node shape from --rpn=G (0 = MPI_COMM_TYPE_SHARED), and only rank 0's full printer, so
+// virtual-node shape from --rpn=G (0 = MPI_COMM_TYPE_SHARED), the model from --model=SPEC, and only rank 0's full printer, so
 // ctest output stays readable; other ranks print just their failures, prefixed with the rank.
 // Any rank's failure makes mpirun exit non-zero.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 namespace sb::testing {
 MpiRuntime* g_runtime = nullptr;
 int g_ranks_per_node = 0;
+const char* g_model_spec = "tiny";
 
 namespace {
 // Prints only failed assertions and failed tests, each line prefixed with "[rank r]".
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--rpn=", 6) == 0)
       sb::testing::g_ranks_per_node = std::atoi(argv[i] + 6);
+    else if (std::strncmp(argv[i], "--model=", 8) == 0)
+      sb::testing::g_model_spec = argv[i] + 8;
   if (runtime.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

@@ -1,6 +1,7 @@
 // Shared set-up of the multi-rank strategy tests: one communicator per process (ring backend,
-// counted bytes), the CPU device, a tiny-model RunConfig whose global batch does not depend on
-// the world size, and an independent 1-rank reference training loop (no strategy code).
+// counted bytes), the CPU device, a RunConfig of the test model (tiny, or --model=SPEC) whose
+// global batch does not depend on the world size, and an independent 1-rank reference
+// training loop (no strategy code).
 #pragma once
 
 #include <cmath>
@@ -36,12 +37,15 @@ inline RunEnv& run_env() {
   return *env;
 }
 
-constexpr int kGlobalBatch = 4;
+// The same global batch at every world size that divides it: 4 sequences (1, 2, 4 ranks), 3 at
+// a world of 3, so the reference run sees what the strategies see.
+inline int global_batch() { return run_env().topo.world_size() == 3 ? 3 : 4; }
 
+// The test model (--model=SPEC, default tiny) as a RunConfig with the global batch split evenly.
 inline RunConfig tiny_config(Precision p = Precision::kFp32, int steps = 5) {
   RunConfig c;
-  c.model = parse_model("tiny");
-  c.batch_per_rank = kGlobalBatch / run_env().topo.world_size();
+  c.model = parse_model(g_model_spec);
+  c.batch_per_rank = global_batch() / run_env().topo.world_size();
   c.steps = steps;
   c.warmup = 0;
   c.options.precision = p;
@@ -74,6 +78,18 @@ class FullParamHooks : public ModelHooks {
   float* grad(int t) override { return g[t].data(); }
   std::vector<std::vector<float>> p, g;
 };
+
+// The initial parameters (ModelLayout tensor order), as every strategy and the reference start.
+inline std::vector<float> initial_params(const RunConfig& cfg) {
+  const ModelLayout l = make_layout(cfg.model);
+  std::vector<float> out;
+  for (size_t t = 0; t < l.tensors.size(); ++t) {
+    std::vector<float> x(l.tensors[t].numel);
+    init_tensor_range(l, int(t), 0, x.size(), cfg.options.seed, x.data());
+    out.insert(out.end(), x.begin(), x.end());
+  }
+  return out;
+}
 
 inline Reference reference_run(const RunConfig& cfg, int global_batch, int steps) {
   auto dev = make_cpu_device();

@@ -250,7 +250,8 @@ TEST(LedgerFromCommunicator, RecordsOpsInIssueOrderWithCountConventions) {
   for (size_t k = 0; k < 5; ++k) {
     EXPECT_EQ(e[k].kind, (*log)[k]);
     EXPECT_EQ(e[k].tag, tags[k]);
-    EXPECT_GE(e[k].time_s, 0.0);
+    EXPECT_GT(e[k].time_s, 0.0) << "measured around the call";  // a wall-clock interval
+    EXPECT_LT(e[k].time_s, 60.0);
   }
   // all-reduce: buffer elements; counted, so the backend's bytes are kept
   EXPECT_EQ(e[0].count, 100u);

@@ -1,5 +1,5 @@
 // The predictor equals, exactly, the closed forms that the multi-rank strategy tests check the
-// real runs against (tests/mpi/run_bytes_test.cc and run_memory_test.cc, restated here): bytes
+// real runs against (tests/closed_forms.h, shared with run_bytes_test.cc and run_memory_test.cc): bytes
 // per step summed over ranks, intra and inter, and model-state bytes per rank, for tiny and
 // small at world 4 with 2 ranks per node (and 8 x 4), fp32 and bf16-mixed, ZeRO-3 with and
 // without a persistence threshold. Also: the ring closed form equals ring_model_sent per rank,
@@ -12,11 +12,10 @@
 #include "harness/device/device.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
+#include "tests/closed_forms.h"
 
 namespace sb {
 namespace {
-
-uint64_t rup(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 
 struct Case {
   std::string model;
@@ -33,72 +32,6 @@ PredictConfig config_of(const Case& c, int world, int rpn) {
   cfg.options.precision = c.precision;
   cfg.options.persist_elements = c.persist;
   return cfg;
-}
-
-// FSDP's Ψ_pad for --wrap block and the root unit's share (run_bytes_test.cc).
-std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t S) {
-  std::map<int, uint64_t> unit;
-  const int L = l.config.n_layer;
-  for (const auto& t : l.tensors)
-    unit[(t.segment == 0 || t.segment == L + 1) ? 0 : t.segment] += t.numel;
-  uint64_t all = 0;
-  for (auto& [u, n] : unit) all += rup(n, S);
-  return {all, rup(unit[0], S)};
-}
-
-// run_bytes_test.cc's expected_bytes: summed over ranks per step.
-std::pair<double, double> expected_bytes(const Case& c, const ModelLayout& l, double N, double G) {
-  const double M = N / G, bp = c.precision == Precision::kFp32 ? 4 : 2, bg = bp;
-  const double psi = double(l.num_params());
-  auto world_ring = [&](double per_rank) {
-    const double inter_hops = M > 1 ? M : 0;
-    return std::pair<double, double>{(N - inter_hops) * per_rank, inter_hops * per_rank};
-  };
-  const std::string& s = c.strategy;
-  if (s == "ddp") return world_ring(2 * (N - 1) / N * psi * bg);
-  if (s == "zero1" || s == "zero2")
-    return world_ring((N - 1) / N * double(rup(l.num_params(), uint64_t(N))) * (bg + bp));
-  if (s == "zero3") {
-    const std::vector<int> uses = l.uses_per_pass();
-    double sum = 0;
-    for (size_t t = 0; t < l.tensors.size(); ++t) {
-      const double pad = double(rup(l.tensors[t].numel, uint64_t(N)));
-      const bool persist = l.tensors[t].numel < c.persist;
-      sum += pad * (bg + (persist ? bp : 2.0 * uses[t] * bp));
-    }
-    return world_ring((N - 1) / N * sum);
-  }
-  const bool hybrid = s.find("hybrid") != std::string::npos;
-  const bool full = s == "fsdp_full_shard" || s == "fsdp_hybrid_shard";
-  const double S = hybrid ? G : N;
-  const auto [pad, root] = fsdp_padded(l, uint64_t(S));
-  const double gathered = full ? 2.0 * double(pad) - double(root) : double(pad);
-  const double shard_group = (S - 1) / S * (gathered * bp + double(pad) * bg);
-  if (!hybrid) return world_ring(shard_group);
-  return {N * shard_group, 2 * (M - 1) * double(pad) * bg};
-}
-
-// run_memory_test.cc's expected_state: params, grads, optimizer bytes per rank at rest.
-std::array<uint64_t, 3> expected_state(const Case& c, const ModelLayout& l, uint64_t N,
-                                       uint64_t G) {
-  const bool fp32 = c.precision == Precision::kFp32;
-  const uint64_t bp = fp32 ? 4 : 2, bg = bp, K = fp32 ? 8 : 12;
-  const uint64_t psi = l.num_params(), psi_n = rup(psi, N);
-  const std::string& s = c.strategy;
-  if (s == "ddp") return {bp * psi, bg * psi, K * psi};
-  if (s == "zero1") return {bp * psi_n, bg * psi_n, K * psi_n / N};
-  if (s == "zero2") return {bp * psi_n, bg * psi_n / N, K * psi_n / N};
-  if (s == "zero3") {
-    uint64_t pad = 0, persistent = 0;
-    for (const auto& t : l.tensors) {
-      pad += rup(t.numel, N);
-      if (t.numel < c.persist) persistent += rup(t.numel, N);  // kept whole: params only
-    }
-    return {bp * (pad / N + persistent), bg * pad / N, K * pad / N};
-  }
-  const uint64_t S = s.find("hybrid") != std::string::npos ? G : N;
-  const uint64_t pad = fsdp_padded(l, S).first;
-  return {bp * pad / S, bg * pad / S, K * pad / S};
 }
 
 std::vector<Case> cases() {
@@ -121,14 +54,16 @@ TEST_P(PredictClosedForms, BytesAndModelStateEqualTheStrategyTestsForms) {
     const PredictConfig cfg = config_of(c, N, G);
     const ModelLayout& l = cfg.model->layout;
     const Prediction p = predict(cfg, c.strategy, cluster);
-    const auto [intra, inter] = expected_bytes(c, l, N, G);
+    const auto [intra, inter] =
+        closed_forms::expected_bytes(c.strategy, l, c.precision, c.persist, N, G);
     const std::string at = "world " + std::to_string(N) + " rpn " + std::to_string(G);
     EXPECT_EQ(double(p.traffic.sent_intra), intra) << at;
     EXPECT_EQ(double(p.traffic.sent_inter), inter) << at;
-    const auto state = expected_state(c, l, N, G);
-    EXPECT_EQ(p.state_params, state[0]) << at;
-    EXPECT_EQ(p.state_grads, state[1]) << at;
-    EXPECT_EQ(p.state_optimizer, state[2]) << at;
+    const closed_forms::ModelState state =
+        closed_forms::expected_state(c.strategy, l, c.precision, c.persist, N, G);
+    EXPECT_EQ(p.state_params, state.params) << at;
+    EXPECT_EQ(p.state_grads, state.grads) << at;
+    EXPECT_EQ(p.state_optimizer, state.optimizer) << at;
     // The same through ring_model_sent on a topology of virtual nodes.
     const Topology topo = Topology::virtual_nodes(N, 0, G);
     const Prediction q = predict(cfg, c.strategy, cluster, &topo);
