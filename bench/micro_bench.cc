@@ -1,8 +1,9 @@
 // sb_micro_bench: Google Benchmark micro-benchmarks under MPI — the collective bus-bandwidth
 // sweep (ring vs MPI-native path on the world/intra/inter groups), sgemm at the `small`
 // workload's shapes (the CPU compute ceiling behind MFU) and one training step per strategy.
-// Every benchmark runs fixed iterations with manual time = max over ranks and only rank 0
-// reports (DESIGN.md §6). It checks collective results once per benchmark, not parity or bytes.
+// Every benchmark runs fixed iterations (adaptive counts diverge across ranks and hang) with
+// manual time = max over ranks, and only rank 0 reports. It checks collective results once per
+// benchmark, not parity or bytes.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -93,7 +93,7 @@ else
   failed+=("no results file at $RESULT")
 fi
 
-# --- micro-benchmarks (only rank 0 writes --benchmark_out; DESIGN.md section 6) ----------------
+# --- micro-benchmarks (only rank 0 writes --benchmark_out; see bench/micro_bench.cc) ----
 if [ -x build/sb_micro_bench ]; then
   step "micro-benchmarks under mpirun -np $BENCH_NP"
   mpirun -np "$BENCH_NP" --oversubscribe --bind-to none ./build/sb_micro_bench \

@@ -34,7 +34,8 @@ EXPECTED_PNGS = ["throughput.png", "memory.png", "comm_bytes.png", "collectives.
 def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, seq_len=128,
                  batch_per_rank=4, steps=8, warmup=2, precision="fp32", seed=1,
                  step_scale=1.0, failed=None, strategies=ALL_STRATEGIES):
-    """A valid kind-"run" results dict for `strategies`, numbers shaped by DESIGN.md §2.
+    """A valid kind-"run" results dict for `strategies`, numbers shaped by the closed forms
+    of tests/closed_forms.h.
 
     failed: {strategy: "oom" | "error"} marks those strategies as failed.
     step_scale multiplies every step time (and divides throughput)."""

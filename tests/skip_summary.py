@@ -36,7 +36,7 @@ def main(argv):
     except OSError as e:
         print(f"skip summary: cannot read {path}: {e.strerror}")
         return 1
-    found = skips(text)
+    found = skips(re.sub(r"\x1b\[[0-9;]*m", "", text))  # GoogleTest's colours
     print(f"Skipped tests and why ({len(found)}):" if found else "Skipped tests: none")
     for s in found:
         print(f"  SKIPPED {s}")

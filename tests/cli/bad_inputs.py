@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # The bad inputs the suite must reject with one line naming the flag and exit code 2, and
 # nothing written. Imported by test_cli.py; run directly it prints the README's table:
-#   tests/cli/bad_inputs.py BUILD_DIR --markdown
+#   tests/cli/bad_inputs.py BUILD_DIR
 import os
 import subprocess
 import sys
@@ -38,15 +38,36 @@ CASES = [
     (["run", "--model", "tiny", "--seq", "17"], "context"),
     (["run", "--model", "tiny", "--seq", "-3"], "--seq"),
     (["run", "--model", "tiny", "--bogus-flag"], "bogus"),
+    # signed values for unsigned flags, counts, duplicates, absurd limits
+    (["run", "--model", "tiny", "--seed", "-1"], "--seed"),
+    (["run", "--model", "tiny", "--prefetch-elements", "-1"], "--prefetch-elements"),
+    (["run", "--model", "tiny", "--persist-elements", "1.5"], "--persist-elements"),
+    (["run", "--model", "tiny", "--np", "0"], "--np"),
+    (["run", "--model", "tiny", "--strategies", "ddp,ddp,zero1"], "listed twice"),
+    (["run", "--model", "tiny", "--timeout-s", "0.000001"], "--timeout-s"),
+    # output paths, checked before the first strategy (and before mpirun starts)
+    (["run", "--model", "tiny", "--out", "/tmp"], "is a directory"),
+    (["run", "--model", "tiny", "--np", "2", "--out", "/tmp"], "is a directory"),
+    (["run", "--model", "tiny", "--out", "/proc/sb.json"], "cannot create files in '/proc'"),
+    (["run", "--model", "tiny", "--out", "/dev/null/r.json"], "cannot create directory"),
+    (["run", "--model", "tiny", "--out", "/dev/null"], "not a regular file"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
+    (["export", "--format", "bencher", "x.json", "--out", "/tmp"], "--out /tmp: is a directory"),
+    (["export", "--format", "bencher", "x.json", "--out", "/proc/sb.json"], "--out /proc/sb.json"),
+    (["predict", "--params", "-5"], "--params"),
+    (["predict", "--params", "0"], "--params"),
+    (["predict", "--params", "7.25"], "--params"),
+    (["predict", "--model", "tiny", "--prefetch-elements", "-1"], "--prefetch-elements"),
+    (["predict", "--model", "tiny", "--json", "/tmp"], "--json /tmp: is a directory"),
+    (["predict", "--model", "tiny", "--json", "/proc/p.json"], "--json /proc/p.json"),
 ]
 
 
 def run_case(sb, args):
     out = os.path.join(tempfile.mkdtemp(prefix="sbbad"), "never.json")
-    extra = ["--out", out] if args[0] == "run" else []
+    extra = ["--out", out] if args[0] == "run" and "--out" not in args else []
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run([sb, *args, *extra], capture_output=True, text=True, timeout=60, env=env)
     return p, out

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # End-to-end tests of the `shardbench` command as a user runs it: the standalone --np launch,
-# schema validation of a real run's output, the atomic write under SIGKILL, the exporters'
-# output shape, and one-line usage errors with exit code 2. Usage: test_cli.py BUILD_DIR
+# schema validation of a real run's output and of predictions, the atomic write killed inside
+# the write, the results-file lock and the launcher's clean-up, the exporters' output shape,
+# and one-line usage errors with exit code 2. Usage: test_cli.py BUILD_DIR
 import json
 import os
 import signal
@@ -67,6 +68,19 @@ class RunTest(unittest.TestCase):
             for r in doc["results"]:
                 self.assertIsNone(r["memory"]["device"])
 
+    def test_prediction_of_bytes_and_model_state_is_exact(self):
+        # The predictor replays the same strategy rules: on a real run its bytes and model-state
+        # memory must equal the measurement exactly (ratio 1, residual 0), for every strategy.
+        doc = load(self.out)
+        for r in doc["results"]:
+            self.assertEqual(r["prediction"]["status"], "predicted", r["strategy"])
+            for k in ("model_state_params", "model_state_grads", "model_state_optimizer",
+                      "payload_bytes", "sent_bytes_intra", "sent_bytes_inter"):
+                with self.subTest(strategy=r["strategy"], quantity=k):
+                    self.assertEqual(r["residuals"]["ratio"][k], 1.0)
+                    self.assertEqual(r["residuals"]["residual"][k], 0)
+            self.assertGreater(r["residuals"]["ratio"]["step_time_s"], 0)
+
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)
         sums = [r["param_checksum"] for r in doc["results"]]
@@ -97,21 +111,111 @@ class RunTest(unittest.TestCase):
 
 
 class AtomicWriteTest(unittest.TestCase):
-    def test_killed_run_leaves_a_complete_file_or_none(self):
+    """The results file is rewritten after every strategy as temp file + rename. The hidden
+    fault points kill rank 0 (SIGKILL) in its second write: halfway through the temp file, or
+    with the temp file complete but not renamed. Either way the file keeps the first strategy's
+    complete document, and --resume finishes the matrix (the dead run's lock is gone)."""
+
+    def interrupted(self, where):
         tmp = tempfile.mkdtemp(prefix="sbkill")
         out = os.path.join(tmp, "r.json")
-        p = subprocess.Popen([SB, "run", "--np", "2", "--model", "tiny", "--strategies", "all",
-                              "--steps", "400", "--warmup", "0", "--out", out, "--quiet"],
-                             env=ENV, start_new_session=True)
-        deadline = time.time() + 120
-        while not os.path.exists(out) and time.time() < deadline:
-            time.sleep(0.05)
-        os.killpg(p.pid, signal.SIGKILL)  # mid-run, possibly mid-write
-        p.wait()
-        self.assertTrue(os.path.exists(out), "the first strategy's results should be on disk")
+        p = sb("run", "--np", "2", "--model", "tiny", "--strategies", "ddp,zero1,zero2",
+               "--steps", "1", "--warmup", "0", "--out", out, "--quiet",
+               "--inject-fault", "0:2:" + where, timeout=120)
+        self.assertNotEqual(p.returncode, 0)
         doc = load(out)  # a complete JSON document, never a torn one
-        self.assertGreaterEqual(len(doc["results"]), 1)
+        self.assertEqual([r["strategy"] for r in doc["results"]], ["ddp"])
         self.assertEqual(validate(out).returncode, 0)
+        temps = [f for f in os.listdir(tmp) if f.startswith("r.json.tmp.")]
+        self.assertEqual(len(temps), 1, os.listdir(tmp))
+        with open(os.path.join(tmp, temps[0])) as f:
+            text = f.read()
+        p = sb("run", "--np", "2", "--model", "tiny", "--strategies", "ddp,zero1,zero2",
+               "--steps", "1", "--warmup", "0", "--out", out, "--quiet", "--resume")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([r["status"] for r in load(out)["results"]], ["ok"] * 3)
+        return text
+
+    def test_killed_halfway_through_the_temp_file(self):
+        text = self.interrupted("kill-mid-write")
+        with self.assertRaises(json.JSONDecodeError):  # the write itself was interrupted
+            json.loads(text)
+
+    def test_killed_between_write_and_rename(self):
+        text = self.interrupted("kill-before-rename")
+        self.assertEqual(len(json.loads(text)["results"]), 2)  # written, never renamed
+
+
+class ConcurrencyTest(unittest.TestCase):
+    """A second run on the same --out exits 2 naming the lock, and writes nothing; the --np
+    launcher ends its MPI job on SIGTERM and on its own death, and leaves no OpenMPI session
+    directory (shared-memory segments) in /dev/shm."""
+
+    def start_long_run(self, out):
+        p = subprocess.Popen([SB, "run", "--np", "2", "--model", "tiny", "--strategies", "ddp",
+                              "--steps", "1000000", "--warmup", "0", "--out", out, "--quiet"],
+                             env=ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        lock = out + ".lock"
+        deadline = time.time() + 60
+        while time.time() < deadline:  # rank 0 (not the launcher's probe) holds the lock
+            try:
+                with open(lock) as f:
+                    holder = f.read().strip()
+                if holder and holder != str(p.pid):
+                    return p, int(holder)
+            except FileNotFoundError:
+                pass
+            time.sleep(0.05)
+        p.kill()
+        self.fail("rank 0 never took the lock")
+
+    def job_dir(self, p):
+        return f"/dev/shm/shardbench.{p.pid}"
+
+    def gone(self, pid, seconds=30):
+        """True once pid has exited (a zombie waiting for its reaper counts as exited)."""
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return True
+            except (FileNotFoundError, ProcessLookupError):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def test_second_run_on_the_same_out_is_refused_then_sigterm_cleans_up(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="sblock"), "r.json")
+        p, rank0 = self.start_long_run(out)
+        self.assertTrue(os.path.isdir(self.job_dir(p)), "the job's private session dir")
+        for args in (["--np", "2"], []):
+            q = sb("run", *args, "--model", "tiny", "--strategies", "ddp", "--steps", "1",
+                   "--out", out, "--quiet")
+            self.assertEqual(q.returncode, 2, q.stderr)
+            self.assertIn(f"--out {out}: another shardbench run (pid {rank0}) is writing it",
+                          q.stderr)
+            self.assertFalse(os.path.exists(out), "the refused run wrote nothing")
+        p.terminate()  # SIGTERM to the launcher only: it forwards it to mpirun
+        p.wait(timeout=60)
+        self.assertEqual(p.returncode, -signal.SIGTERM)
+        self.assertFalse(os.path.exists(self.job_dir(p)), os.listdir("/dev/shm"))
+        self.assertTrue(self.gone(rank0), "rank 0 still running")
+        q = sb("run", "--model", "tiny", "--strategies", "ddp", "--steps", "1", "--out", out,
+               "--quiet")
+        self.assertEqual(q.returncode, 0, q.stderr)  # the lock went with the job
+
+    def test_killed_launcher_ends_the_job_and_the_next_launch_sweeps_its_segments(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="sbkill9"), "r.json")
+        p, rank0 = self.start_long_run(out)
+        os.kill(p.pid, signal.SIGKILL)  # no clean-up possible in the launcher itself
+        p.wait()
+        self.assertTrue(self.gone(rank0), "mpirun should end the job")
+        q = sb("run", "--np", "1", "--model", "tiny", "--strategies", "ddp", "--steps", "1",
+               "--out", out + ".2", "--quiet")
+        self.assertEqual(q.returncode, 0, q.stderr)
+        self.assertFalse(os.path.exists(self.job_dir(p)), "a stale session dir was left")
 
 
 class FaultTest(unittest.TestCase):
@@ -182,6 +286,63 @@ class UsageErrorTest(unittest.TestCase):
                 self.assertIn(needle, p.stderr)
                 self.assertLessEqual(len(p.stderr.strip().splitlines()), 2, p.stderr)
                 self.assertFalse(os.path.exists(out), "nothing may be written on a usage error")
+
+    def test_missing_directories_are_created_by_every_command(self):
+        d = os.path.join(tempfile.mkdtemp(prefix="sbdirs"), "a", "b")
+        run_out, pred, exp = (os.path.join(d, n, "x.json") for n in ("run", "predict", "export"))
+        p = sb("run", "--model", "tiny", "--strategies", "ddp", "--steps", "1", "--warmup", "0",
+               "--out", run_out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = sb("predict", "--model", "tiny", "--world", "2", "--json", pred)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = sb("export", "--format", "bencher", run_out, "--out", exp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for f in (run_out, pred, exp):
+            self.assertIsInstance(load(f), dict)
+
+    def test_prediction_documents_validate_and_are_not_taken_for_runs(self):
+        d = tempfile.mkdtemp(prefix="sbpred")
+        docs = {"table": ["--model", "tiny", "--world", "3"],
+                "params": ["--params", "7.5e9", "--world", "64", "--strategies", "ddp,zero3"],
+                "fit": ["--model", "gpt2-1.5b", "--cluster", "cpu-local", "--fit",
+                        "--max-world", "2", "--strategies", "ddp,zero3"]}
+        for name, args in docs.items():
+            path = os.path.join(d, name + ".json")
+            p = sb("predict", *args, "--json", path)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            v = validate(path)
+            self.assertEqual(v.returncode, 0, v.stdout)
+            self.assertIn("kind prediction", v.stdout)
+        path = os.path.join(d, "table.json")
+        p = sb("export", "--format", "bencher", path)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("a prediction (kind 'prediction'), not a run's results", p.stderr)
+        for tool in ("plot_results.py", "compare.py"):
+            args = [path, "--out", os.path.join(d, "plots")] if tool == "plot_results.py" \
+                else [path, path]
+            p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "plots", tool), *args],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, tool + p.stdout + p.stderr)
+            self.assertIn("a prediction (kind 'prediction')", p.stderr, tool)
+        # The schema rejects a prediction that lost its numbers.
+        doc = load(path)
+        del doc["results"][0]["memory"]
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        self.assertEqual(validate(path).returncode, 1)
+
+    def test_run_where_no_strategy_succeeds_exits_1_and_so_does_its_export(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="sboom"), "r.json")
+        p = sb("run", "--model", "tiny", "--strategies", "ddp,zero1", "--steps", "1",
+               "--warmup", "0", "--mem-limit-gb", "0.0001", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no strategy succeeded", p.stderr)
+        doc = load(out)  # written all the same: it says why each failed
+        self.assertEqual([r["status"] for r in doc["results"]], ["oom", "oom"])
+        self.assertEqual(validate(out).returncode, 0)
+        p = sb("export", "--format", "bencher", out)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no strategy with status ok", p.stderr)
 
     def test_export_rejects_foreign_and_corrupt_files(self):
         d = tempfile.mkdtemp()

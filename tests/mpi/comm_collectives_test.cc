@@ -82,7 +82,7 @@ class Collectives : public ::testing::TestWithParam<CollectiveImpl> {
     const HopBytes model = ring_model_sent(k, count, d, grp, topo_, root);
     EXPECT_EQ(e.sent.intra, model.intra);
     EXPECT_EQ(e.sent.inter, model.inter);
-    // Hop rule (DESIGN.md §2): all my sends go to the next rank of the ring, inter iff off-node.
+    // Hop rule (tests/closed_forms.h): all my sends go to the next rank of the ring, inter iff off-node.
     const int next = grp.ranks[(grp.index + 1) % int(n)];
     if (topo_.same_node(topo_.rank(), next)) {
       EXPECT_EQ(e.sent.inter, 0u);

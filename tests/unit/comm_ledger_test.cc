@@ -143,7 +143,8 @@ TEST(RingModel, UnevenSizesMatchClosedFormsSummedOverRanks) {
 }
 
 // World ring over M nodes of G ranks: M of the N hops leave a node, so with divisible sizes the
-// inter-node bytes of an all-reduce over all ranks are M * 2(N-1)/N * S (the DESIGN.md hop rule).
+// inter-node bytes of an all-reduce over all ranks are M * 2(N-1)/N * S (the hop rule written
+// out in tests/closed_forms.h).
 TEST(RingModel, WorldRingInterBytesSummedOverRanks) {
   for (const Shape sh : kShapes) {
     const uint64_t N = sh.world, M = N / sh.rpn, count = 12 * N, S = count * 4;
