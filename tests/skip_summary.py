@@ -20,7 +20,8 @@ def skips(text):
                     reason.append(lines[j].strip())
                     j += 1
                 case = lines[j].split("]", 1)[1].split("(")[0].strip() if j < len(lines) else "?"
-                out.append(f"{name}: {case}: {' '.join(r for r in reason if r) or '(no reason given)'}")
+                where = name if name.endswith(case) else f"{name}: {case}"  # discovered: same
+                out.append(f"{where}: {' '.join(r for r in reason if r) or '(no reason given)'}")
             m = re.search(r"\.\.\. skipped '(.*)'$", line)
             if m:  # unittest: "test_x (module.Class) ... skipped 'why'"
                 out.append(f"{name}: {line.split(' ... ')[0].strip()}: {m.group(1)}")

@@ -91,7 +91,8 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
               a.backward_prefetch == "post",
           "--backward-prefetch " + a.backward_prefetch, "none|pre|post");
   require(a.overlap == "on" || a.overlap == "off", "--overlap " + a.overlap, "on|off");
-  require(a.mem_limit_gb >= 0, fmt::format("--mem-limit-gb {}", a.mem_limit_gb), ">= 0 (GiB)");
+  require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6,
+          fmt::format("--mem-limit-gb {}", a.mem_limit_gb), "0 (the cluster's) or up to 1e6 GiB");
   cfg.world = a.world;
   cfg.batch_per_rank = a.batch;
   cfg.mem_limit_gb = a.mem_limit_gb;

@@ -83,7 +83,8 @@ CLI::Validator whole_number(uint64_t min, uint64_t max) {
           char* stop = nullptr;
           errno = 0;
           const long double x = std::strtold(s, &stop);
-          if (text.empty() || stop != end || errno != 0 || !std::isfinite(x) || x < 0 ||
+          if (text.empty() || text.find_first_not_of("0123456789.eE+") != std::string::npos ||
+              stop != end || errno != 0 || !std::isfinite(x) || x < 0 ||
               x != std::floor(x) || x > 18446744073709551615.0L)
             return fmt::format("{}: {}", text, allowed);
           v = uint64_t(x);
@@ -174,7 +175,8 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
-  require(a.peak_gflops >= 0, "--peak-gflops", a.peak_gflops, ">= 0");
+  require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
+          "0 (measure) or a peak up to 1e9 GFLOP/s per device");
   parse_strategy_list(a.strategies);
 
   c.batch_per_rank = a.batch;

@@ -45,6 +45,8 @@ CASES = [
     (["run", "--model", "tiny", "--np", "0"], "--np"),
     (["run", "--model", "tiny", "--strategies", "ddp,ddp,zero1"], "listed twice"),
     (["run", "--model", "tiny", "--timeout-s", "0.000001"], "--timeout-s"),
+    (["run", "--model", "tiny", "--seed", "0x10"], "--seed"),
+    (["run", "--model", "tiny", "--peak-gflops", "inf"], "--peak-gflops"),
     # output paths, checked before the first strategy (and before mpirun starts)
     (["run", "--model", "tiny", "--out", "/tmp"], "is a directory"),
     (["run", "--model", "tiny", "--np", "2", "--out", "/tmp"], "is a directory"),
@@ -60,6 +62,7 @@ CASES = [
     (["predict", "--params", "0"], "--params"),
     (["predict", "--params", "7.25"], "--params"),
     (["predict", "--model", "tiny", "--prefetch-elements", "-1"], "--prefetch-elements"),
+    (["predict", "--model", "tiny", "--mem-limit-gb", "inf"], "--mem-limit-gb"),
     (["predict", "--model", "tiny", "--json", "/tmp"], "--json /tmp: is a directory"),
     (["predict", "--model", "tiny", "--json", "/proc/p.json"], "--json /proc/p.json"),
 ]
