@@ -62,6 +62,14 @@ OutputLock::OutputLock(const std::string& flag, const std::string& path) {
         flag, path, n > 0 ? fmt::format(" (pid {})", std::string(pid, strnlen(pid, n))) : "",
         lock, flag));
   }
+  // Holding the lock, no other run writes this file: temp files beside it are what killed runs
+  // left between writing and renaming (write_json_atomic's PATH.tmp.<pid>). Remove them.
+  std::error_code ec;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
   const std::string me = std::to_string(getpid());
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) < 0) {
     // The pid only improves the second run's message; the lock holds without it.

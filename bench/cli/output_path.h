@@ -14,7 +14,8 @@ void prepare_output_path(const std::string& flag, const std::string& path);
 
 // An exclusive flock(2) on the sidecar PATH.lock, held while the object lives (and released by
 // the kernel when the process dies, however it dies). The sidecar stays on disk: removing it
-// would let a third run lock a fresh inode while a second still holds the old one.
+// would let a third run lock a fresh inode while a second still holds the old one. Once it
+// holds the lock it removes PATH.tmp.* left by runs killed between writing and renaming.
 class OutputLock {
  public:
   // Throws UsageError naming the flag, the path and the pid of the run holding it.

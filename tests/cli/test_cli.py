@@ -134,6 +134,7 @@ class AtomicWriteTest(unittest.TestCase):
                "--steps", "1", "--warmup", "0", "--out", out, "--quiet", "--resume")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual([r["status"] for r in load(out)["results"]], ["ok"] * 3)
+        self.assertFalse(os.path.exists(os.path.join(tmp, temps[0])), "stale temp file kept")
         return text
 
     def test_killed_halfway_through_the_temp_file(self):
