@@ -3,6 +3,7 @@
 // the job a private OpenMPI session directory, /dev/shm/shardbench.<launcher pid>, holding
 // every shared-memory segment (vader BTL, PMIx) — removed when the job ends, and, for a
 // launcher killed outright, by the next launch (its owner pid is gone). Runs no MPI itself.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -15,8 +16,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "bench/cli/run_options.h"
 
@@ -33,7 +32,9 @@ void forward_signal(int sig) {
   if (g_mpirun_pid > 0) ::kill(pid_t(g_mpirun_pid), sig);  // mpirun ends the job and cleans up
 }
 
-fs::path job_dir_base() { return fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path(); }
+fs::path job_dir_base() {
+  return fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path();
+}
 
 // Removes the session directories of launchers that no longer exist (killed with SIGKILL).
 void sweep_stale_job_dirs(const fs::path& base) {
@@ -50,9 +51,9 @@ void sweep_stale_job_dirs(const fs::path& base) {
 }
 
 std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv, double peak_gflops) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(a.np), "--oversubscribe",
-                                   "--bind-to", "none", "--stdin", "none",
-                                   "-x", "OPENBLAS_NUM_THREADS=1"};
+  std::vector<std::string> args = {
+      "mpirun", "-np", std::to_string(a.np),    "--oversubscribe", "--bind-to", "none", "--stdin",
+      "none",   "-x",  "OPENBLAS_NUM_THREADS=1"};
   if (std::getenv("OPENBLAS_CORETYPE")) {  // the kernel choice of select_blas_kernels
     args.push_back("-x");
     args.push_back("OPENBLAS_CORETYPE");
@@ -60,7 +61,10 @@ std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv, do
   args.push_back(fs::read_symlink("/proc/self/exe").string());
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
-    if (s == "--np") { ++i; continue; }
+    if (s == "--np") {
+      ++i;
+      continue;
+    }
     if (s.rfind("--np=", 0) == 0) continue;
     args.push_back(s);
   }

@@ -2,14 +2,13 @@
 #include "bench/cli/output_path.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "bench/cli/run_options.h"
 
@@ -31,18 +30,18 @@ void prepare_output_path(const std::string& flag, const std::string& path) {
   if (fs::exists(st) && !fs::is_regular_file(st)) reject(flag, path, "is not a regular file");
   const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : ".";
   fs::create_directories(parent, ec);
-  if (ec) reject(flag, path, fmt::format("cannot create directory '{}' ({})", parent.string(),
-                                         ec.message()));
+  if (ec)
+    reject(flag, path,
+           fmt::format("cannot create directory '{}' ({})", parent.string(), ec.message()));
   if (!fs::is_directory(parent, ec))
     reject(flag, path, fmt::format("'{}' is not a directory", parent.string()));
   // access(W_OK) says yes to root on a read-only mount; creating a file is the real test.
   const std::string probe =
-      (parent / fmt::format(".{}.probe.{}", fs::path(path).filename().string(), getpid()))
-          .string();
+      (parent / fmt::format(".{}.probe.{}", fs::path(path).filename().string(), getpid())).string();
   const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0)
-    reject(flag, path, fmt::format("cannot create files in '{}' ({})", parent.string(),
-                                   std::strerror(errno)));
+    reject(flag, path,
+           fmt::format("cannot create files in '{}' ({})", parent.string(), std::strerror(errno)));
   ::close(fd);
   ::unlink(probe.c_str());
 }
@@ -59,8 +58,8 @@ OutputLock::OutputLock(const std::string& flag, const std::string& path) {
     throw UsageError(fmt::format(
         "{} {}: another shardbench run{} is writing it (lock {}); wait for it to finish or "
         "choose another {}",
-        flag, path, n > 0 ? fmt::format(" (pid {})", std::string(pid, strnlen(pid, n))) : "",
-        lock, flag));
+        flag, path, n > 0 ? fmt::format(" (pid {})", std::string(pid, strnlen(pid, n))) : "", lock,
+        flag));
   }
   // Holding the lock, no other run writes this file: temp files beside it are what killed runs
   // left between writing and renaming (write_json_atomic's PATH.tmp.<pid>). Remove them.
