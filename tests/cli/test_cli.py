@@ -291,9 +291,12 @@ class UsageErrorTest(unittest.TestCase):
     def test_missing_directories_are_created_by_every_command(self):
         d = os.path.join(tempfile.mkdtemp(prefix="sbdirs"), "a", "b")
         run_out, pred, exp = (os.path.join(d, n, "x.json") for n in ("run", "predict", "export"))
+        # (whole-number flags in scientific notation, as the README's defaults are written)
         p = sb("run", "--model", "tiny", "--strategies", "ddp", "--steps", "1", "--warmup", "0",
-               "--out", run_out, "--quiet")
+               "--out", run_out, "--quiet", "--prefetch-elements", "5e7", "--seed", "1.2e3")
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(load(run_out)["config"]["prefetch_elements"], 50000000)
+        self.assertEqual(load(run_out)["config"]["seed"], 1200)
         p = sb("predict", "--model", "tiny", "--world", "2", "--json", pred)
         self.assertEqual(p.returncode, 0, p.stderr)
         p = sb("export", "--format", "bencher", run_out, "--out", exp)
