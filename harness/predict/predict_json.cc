@@ -159,4 +159,24 @@ json prediction_residuals(const json& predicted, const json& result) {
   return r;
 }
 
+json predict_for_run(const RunConfig& run, const Topology& topo, const std::string& strategy,
+                     const Cluster& cluster) {
+  PredictConfig cfg;
+  cfg.model = model_shape(run.model);
+  cfg.world = topo.world_size();
+  cfg.ranks_per_node = topo.ranks_per_node();
+  cfg.batch_per_rank = run.batch_per_rank;
+  cfg.options = run.options;
+  cfg.mem_limit_gb = run.mem_limit_gb;
+  // Bytes from ring_model_sent on the run's own topology (O(world^2) per collective); the
+  // closed forms, pinned equal to it by the tests, for large consecutive-node jobs.
+  bool consecutive = true;
+  for (int r = 0; r < topo.world_size(); ++r)
+    consecutive = consecutive && topo.node_of(r) == r / topo.ranks_per_node();
+  const bool ring = topo.world_size() <= 64 || !consecutive;
+  json j = prediction_json(predict(cfg, strategy, cluster, ring ? &topo : nullptr));
+  j["cluster"] = cluster.name;
+  return j;
+}
+
 }  // namespace sb

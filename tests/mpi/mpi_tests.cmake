@@ -24,3 +24,8 @@ endif()
 if(TARGET sb_mpi_run_tests)
   sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 endif()
+
+# The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
+if(TARGET sb_mpi_predict_tests)
+  sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:2)
+endif()
