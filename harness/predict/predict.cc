@@ -138,6 +138,17 @@ void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const Model
 
 }  // namespace
 
+PredictConfig predict_config_for(const RunConfig& run, const Topology& topo) {
+  PredictConfig cfg;
+  cfg.model = model_shape(run.model);
+  cfg.world = topo.world_size();
+  cfg.ranks_per_node = topo.ranks_per_node();
+  cfg.batch_per_rank = run.batch_per_rank;
+  cfg.options = run.options;
+  cfg.mem_limit_gb = run.mem_limit_gb;
+  return cfg;
+}
+
 Prediction predict(const PredictConfig& cfg, const std::string& strategy, const Cluster& cluster,
                    const Topology* topo) {
   const StrategyEntry* entry = find_strategy(strategy);
@@ -210,6 +221,8 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
   if (max_nodes < 1) return r;
   int lo = 0, hi = 1;  // nodes: lo does not fit (0 = none tried), hi is the candidate
   Prediction at_hi = try_world(G);
+  // Activations are not sharded: where they alone exceed the limit, no world fits.
+  if (double(at_hi.at_peak[int(MemCategory::kActivations)]) > at_hi.limit_bytes) return r;
   while (!at_hi.fits && hi < max_nodes) {
     lo = hi;
     hi = std::min(max_nodes, hi * 2);

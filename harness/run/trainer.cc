@@ -98,15 +98,8 @@ class LinkSampler final : public StepObserver {
 // Every rank predicts the same, so every rank skips. Empty when it fits.
 std::string predicted_oom(const std::string& name, const RunConfig& cfg, const Topology& topo,
                           const Device& device) {
-  PredictConfig pc;
-  pc.model = model_shape(cfg.model);
-  pc.world = topo.world_size();
-  pc.ranks_per_node = topo.ranks_per_node();
-  pc.batch_per_rank = cfg.batch_per_rank;
-  pc.options = cfg.options;
-  pc.mem_limit_gb = cfg.mem_limit_gb;
-  const Prediction p =
-      predict(pc, name, load_cluster(device.is_host() ? "cpu-local" : "h200"), &topo);
+  const Prediction p = predict(predict_config_for(cfg, topo), name,
+                               load_cluster(device.is_host() ? "cpu-local" : "h200"), &topo);
   if (p.fits) return {};
   return "out of memory (predicted before running): peak " + std::to_string(p.peak) +
          " bytes per rank exceeds --mem-limit-gb " + std::to_string(cfg.mem_limit_gb) + " (" +

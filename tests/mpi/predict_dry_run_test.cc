@@ -92,13 +92,8 @@ TEST_P(DryRun, PredictEqualsTheRun) {
   const StrategyRun r = run(c.strategy, cfg, false);
   ASSERT_EQ(r.status, "ok") << r.error;
 
-  PredictConfig pc;
-  pc.model = model_shape(cfg.model);
-  pc.world = topo.world_size();
-  pc.ranks_per_node = topo.ranks_per_node();
-  pc.batch_per_rank = cfg.batch_per_rank;
-  pc.options = cfg.options;
-  const Prediction p = predict(pc, c.strategy, load_cluster("cpu-local"), &topo);
+  const Prediction p =
+      predict(predict_config_for(cfg, topo), c.strategy, load_cluster("cpu-local"), &topo);
 
   EXPECT_EQ(r.sent_intra_all, p.traffic.sent_intra) << "intra-node bytes per step, all ranks";
   EXPECT_EQ(r.sent_inter_all, p.traffic.sent_inter) << "inter-node bytes per step, all ranks";

@@ -30,12 +30,18 @@ TEST(RingSchedule, StepsSumToTheClosedFormAndReceiveWhatThePredecessorSends) {
       }
 }
 
-TEST(SimDevice, Gpt3_175bAtWorld1024HoldsNoHostMemory) {
+// `model` in bf16-mixed at `world` ranks, 8 per node.
+PredictConfig bf16_config(const char* model, int world) {
   PredictConfig cfg;
-  cfg.model = model_shape(parse_predict_model("gpt3-175b"));
-  cfg.world = 1024;
+  cfg.model = model_shape(parse_predict_model(model));
+  cfg.world = world;
   cfg.ranks_per_node = 8;
   cfg.options.precision = Precision::kBf16Mixed;
+  return cfg;
+}
+
+TEST(SimDevice, Gpt3_175bAtWorld1024HoldsNoHostMemory) {
+  const PredictConfig cfg = bf16_config("gpt3-175b", 1024);
   const uint64_t before = MemoryTracker::rss_hwm_bytes();
   for (const std::string& s : strategy_names()) {
     const Prediction p = predict(cfg, s, load_cluster("dgx-h100"));
@@ -47,11 +53,7 @@ TEST(SimDevice, Gpt3_175bAtWorld1024HoldsNoHostMemory) {
 }
 
 TEST(SimClock, OverlapOffExposesEveryCollectiveOnHidesSome) {
-  PredictConfig cfg;
-  cfg.model = model_shape(parse_predict_model("gpt2-1.5b"));
-  cfg.world = 64;
-  cfg.ranks_per_node = 8;
-  cfg.options.precision = Precision::kBf16Mixed;
+  PredictConfig cfg = bf16_config("gpt2-1.5b", 64);
   const Cluster cl = load_cluster("dgx-a100-80g");
   for (const std::string& s : {std::string("ddp"), std::string("fsdp_full_shard")}) {
     cfg.options.overlap = false;
