@@ -1,7 +1,8 @@
 // The Communicator front end: every collective goes through here, is recorded in the Ledger,
 // and is forwarded to a backend (MPI on host memory, NCCL on device memory). Asynchronous calls
 // return a handle; a per-rank communication thread runs the calls in issue order (a "comm
-// stream"), so communication progresses while the caller computes. Strategies see only this.
+// stream"), so communication progresses while the caller computes. A simulated backend (the
+// predictor's) runs each call at issue instead, on its logical clock. Strategies see only this.
 #pragma once
 
 #include <cstddef>
