@@ -44,15 +44,15 @@ int RingSchedule::steps() const {
 
 // All-reduce's second half is the all-gather schedule from step 0 again.
 Chunk RingSchedule::send_chunk(int s) const {
-  const bool gather = kind_ == CollKind::kAllGather || (kind_ == CollKind::kAllReduce && s >= n_ - 1);
-  if (kind_ == CollKind::kAllReduce && s >= n_ - 1) s -= n_ - 1;
-  return gather ? chunk(i_ - s) : chunk(i_ - 1 - s);
+  const bool second_half = kind_ == CollKind::kAllReduce && s >= n_ - 1;
+  if (second_half) s -= n_ - 1;
+  return kind_ == CollKind::kAllGather || second_half ? chunk(i_ - s) : chunk(i_ - 1 - s);
 }
 
 Chunk RingSchedule::recv_chunk(int s) const {
-  const bool gather = kind_ == CollKind::kAllGather || (kind_ == CollKind::kAllReduce && s >= n_ - 1);
-  if (kind_ == CollKind::kAllReduce && s >= n_ - 1) s -= n_ - 1;
-  return gather ? chunk(i_ - 1 - s) : chunk(i_ - 2 - s);
+  const bool second_half = kind_ == CollKind::kAllReduce && s >= n_ - 1;
+  if (second_half) s -= n_ - 1;
+  return kind_ == CollKind::kAllGather || second_half ? chunk(i_ - 1 - s) : chunk(i_ - 2 - s);
 }
 
 uint64_t RingSchedule::sent_elements() const {

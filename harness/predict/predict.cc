@@ -171,7 +171,9 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   clock.serial = cluster.oversubscription(N) > 1.0;
   const std::unique_ptr<Device> device = make_sim_device(
       cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank);
-  auto account = [&] { return topo ? TrafficAccount(*topo, cluster) : TrafficAccount(N, G, cluster); };
+  auto account = [&] {
+    return topo ? TrafficAccount(*topo, cluster) : TrafficAccount(N, G, cluster);
+  };
   TrafficAccount setup_account = account(), step_account = account();
   auto backend = std::make_unique<SimBackend>(clock, &setup_account);
   SimBackend& sim = *backend;
