@@ -99,6 +99,12 @@ TEST_P(DryRun, PredictEqualsTheRun) {
   EXPECT_EQ(r.sent_inter_all, p.traffic.sent_inter) << "inter-node bytes per step, all ranks";
   EXPECT_EQ(r.sent_max_rank, p.traffic.max_rank_sent);
   EXPECT_EQ(r.step_entries.size(), p.traffic.collectives) << "collectives per step";
+  uint64_t counts[kNumCollKinds][3] = {};  // per kind and group, as the prediction's by_kind
+  for (const LedgerEntry& e : r.step_entries) ++counts[int(e.kind)][int(e.group)];
+  for (int k = 0; k < kNumCollKinds; ++k)
+    for (int g = 0; g < 3; ++g)
+      EXPECT_EQ(counts[k][g], p.traffic.by_kind[k][g].count)
+          << coll_name(CollKind(k)) << " over " << group_name(GroupKind(g));
   EXPECT_EQ(r.payload_bytes, p.traffic.payload_bytes);
   EXPECT_EQ(r.padded_params, p.padded_params);
   EXPECT_EQ(r.model_state_params, p.state_params);
