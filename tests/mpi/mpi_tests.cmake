@@ -27,5 +27,5 @@ endif()
 
 # The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
 if(TARGET sb_mpi_predict_tests)
-  sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:2)
+  sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)
 endif()
