@@ -28,9 +28,19 @@ struct CommHandle::State {
   std::condition_variable cv;
   std::atomic<bool> done{false};
   std::shared_ptr<std::atomic<int64_t>> blocked_ns;  // the communicator's exposed-time tally
+  CommBackend* simulated = nullptr;  // set when the backend runs at issue: its logical clock
+  double end_s = 0;                  // and the op's logical completion time on it
 };
 
+namespace {
+void add_seconds(std::atomic<int64_t>& ns, double s) { ns.fetch_add(int64_t(s * 1e9 + 0.5)); }
+}  // namespace
+
 void CommHandle::wait() {
+  if (state_ && state_->simulated) {
+    add_seconds(*state_->blocked_ns, state_->simulated->wait_until(state_->end_s));
+    return;
+  }
   if (!state_ || state_->done.load(std::memory_order_acquire)) return;
   const auto t0 = Clock::now();
   {
@@ -40,7 +50,10 @@ void CommHandle::wait() {
   state_->blocked_ns->fetch_add(ns_since(t0));
 }
 
-bool CommHandle::done() const { return !state_ || state_->done.load(std::memory_order_acquire); }
+bool CommHandle::done() const {
+  if (state_ && state_->simulated) return state_->simulated->done_by_now(state_->end_s);
+  return !state_ || state_->done.load(std::memory_order_acquire);
+}
 
 struct Communicator::Impl {
   struct Task {
@@ -63,6 +76,7 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
     : topo_(topo), ledger_(ledger), impl_(std::make_unique<Impl>()) {
   SB_CHECK(backend != nullptr, "a Communicator needs a backend");
   impl_->backend = std::move(backend);
+  if (impl_->backend->runs_at_issue()) return;  // a simulation: ops run in submit()
   Impl* impl = impl_.get();
   impl->thread = std::thread([this, impl] {
     for (;;) {
@@ -74,36 +88,7 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
         task = std::move(impl->queue.front());
         impl->queue.pop_front();
       }
-      const CollectiveOp& op = task.op;
-      const auto t0 = Clock::now();
-      BackendResult res;
-      {
-        const Group& g = *op.group;
-        const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
-        Watchdog::Scope watch(std::string(coll_name(op.kind)) + " over " + group_name(g.kind) +
-                              " (" + std::to_string(g.size()) + " ranks, " +
-                              std::to_string(op.count) + " x " + dtype_name(op.dtype) +
-                              (task.tag.empty() ? "" : ", " + task.tag) +
-                              ") waiting on ring predecessor rank " + std::to_string(prev));
-        res = impl->backend->run(op);
-      }
-      const double wall_s = double(ns_since(t0)) * 1e-9;
-      LedgerEntry e;
-      e.kind = op.kind;
-      e.group = op.group->kind;
-      e.group_size = op.group->size();
-      e.count = op.count;
-      e.dtype = op.dtype;
-      e.payload_bytes = uint64_t(op.count) * dtype_bytes(op.dtype);
-      e.sent = res.counted
-                   ? res.sent
-                   : ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
-      e.counted = res.counted;
-      // A device-timed backend's own interval; the wall clock would include its stream's wait
-      // for compute.
-      e.time_s = res.device_seconds >= 0 ? res.device_seconds : wall_s;
-      e.tag = std::move(task.tag);
-      ledger_.record(e);  // only this thread appends; readers wait for synchronize()
+      run_and_record(task.op, std::move(task.tag));
       {
         std::lock_guard<std::mutex> lock(task.state->m);
         task.state->done.store(true, std::memory_order_release);
@@ -128,6 +113,40 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::backend_name() const { return impl_->backend->name(); }
+
+BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag) {
+  const auto t0 = Clock::now();
+  BackendResult res;
+  if (impl_->backend->runs_at_issue()) {
+    res = impl_->backend->run(op);  // nothing to wait on: no watchdog
+  } else {
+    const Group& g = *op.group;
+    const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
+    Watchdog::Scope watch(std::string(coll_name(op.kind)) + " over " + group_name(g.kind) + " (" +
+                          std::to_string(g.size()) + " ranks, " + std::to_string(op.count) +
+                          " x " + dtype_name(op.dtype) + (tag.empty() ? "" : ", " + tag) +
+                          ") waiting on ring predecessor rank " + std::to_string(prev));
+    res = impl_->backend->run(op);
+  }
+  const double wall_s = double(ns_since(t0)) * 1e-9;
+  LedgerEntry e;
+  e.kind = op.kind;
+  e.group = op.group->kind;
+  e.group_size = op.group->size();
+  e.count = op.count;
+  e.dtype = op.dtype;
+  e.payload_bytes = uint64_t(op.count) * dtype_bytes(op.dtype);
+  e.sent = res.counted
+               ? res.sent
+               : ring_model_sent(op.kind, op.count, op.dtype, *op.group, topo_, op.root_index);
+  e.counted = res.counted;
+  // A device-timed (or simulated) backend's own interval; the wall clock would include its
+  // stream's wait for compute.
+  e.time_s = res.device_seconds >= 0 ? res.device_seconds : wall_s;
+  e.tag = std::move(tag);
+  ledger_.record(e);  // only one thread appends; readers wait for synchronize()
+  return res;
+}
 
 // Issue-side validation happens on the caller's thread, so a bad call fails at its source.
 static void validate(const CollectiveOp& op) {
@@ -182,6 +201,13 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
   op.issue_mark = impl_->backend->on_issue();  // on this thread, in issue order
   auto state = std::make_shared<CommHandle::State>();
   state->blocked_ns = impl_->blocked_ns;
+  if (impl_->backend->runs_at_issue()) {
+    const BackendResult res = run_and_record(op, std::move(tag));
+    state->simulated = impl_->backend.get();
+    state->end_s = res.end_s;
+    state->done.store(true);
+    return CommHandle(std::move(state));
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->m);
     SB_CHECK(!impl_->stop, "collective issued on a communicator being destroyed");
@@ -193,6 +219,10 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
 }
 
 void Communicator::synchronize() {
+  if (impl_->backend->runs_at_issue()) {
+    add_seconds(*impl_->blocked_ns, impl_->backend->wait_all());
+    return;
+  }
   const auto t0 = Clock::now();
   {
     std::unique_lock<std::mutex> lock(impl_->m);

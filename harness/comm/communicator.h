@@ -1,7 +1,8 @@
 // The Communicator front end: every collective goes through here, is recorded in the Ledger,
 // and is forwarded to a backend (MPI on host memory, NCCL on device memory). Asynchronous calls
 // return a handle; a per-rank communication thread runs the calls in issue order (a "comm
-// stream"), so communication progresses while the caller computes. Strategies see only this.
+// stream"), so communication progresses while the caller computes. A simulated backend (the
+// predictor's) runs each call at issue instead, on its logical clock. Strategies see only this.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,10 @@
 #include "harness/topology.h"
 
 namespace sb {
+
+// Which implementation runs the collectives of a run: the suite's rings (bytes counted at each
+// send) or the MPI library's own (bytes from the ring model).
+enum class CollectiveImpl { kRing, kMpiNative };
 
 // One collective as the backend sees it. All reductions are sums (bf16 summed in fp32 and
 // rounded once per hop).
@@ -34,6 +39,8 @@ struct BackendResult {
   // >= 0: the backend timed the collective on its own stream (CUDA events), excluding the
   // wait for the compute stream; < 0: the Communicator's wall clock around run() is its time.
   double device_seconds = -1;
+  // >= 0: a simulated backend's logical completion time (runs_at_issue()).
+  double end_s = -1;
 };
 
 class CommBackend {
@@ -46,6 +53,17 @@ class CommBackend {
   virtual uint64_t on_issue() { return 0; }
   // Runs op to completion on the calling (comm) thread.
   virtual BackendResult run(const CollectiveOp& op) = 0;
+
+  // A simulated backend (the predictor's) moves no data: it runs each op on the issuing thread
+  // as it is issued, so the Communicator starts no comm thread, and completion is a logical
+  // time (BackendResult::end_s) that wait(), done() and synchronize() ask the backend about.
+  virtual bool runs_at_issue() const { return false; }
+  // The caller's clock waits until end_s; returns the seconds it was blocked.
+  virtual double wait_until(double end_s) { return 0; }
+  // Whether an op completing at end_s is done by the caller's clock now.
+  virtual bool done_by_now(double end_s) const { return true; }
+  // The caller's clock waits until every issued op is done; returns the seconds blocked.
+  virtual double wait_all() { return 0; }
 };
 
 class CommHandle {
@@ -115,6 +133,9 @@ class Communicator {
  private:
   struct Impl;
   CommHandle submit(const CollectiveOp& op, std::string tag);  // validate, queue, return handle
+  // Runs op on the backend and appends its ledger entry (comm thread, or the caller's for a
+  // backend that runs at issue).
+  BackendResult run_and_record(const CollectiveOp& op, std::string tag);
   const Topology& topo_;
   Ledger& ledger_;
   std::unique_ptr<Impl> impl_;

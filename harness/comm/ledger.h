@@ -1,5 +1,5 @@
 // Byte ledger: one entry per collective (kind, group, elements, dtype, payload, bytes this rank
-// sent split intra/inter node, time) and the ring model that the closed forms rest on.
+// sent split intra/inter node, time) and the ring model's bytes (from RingSchedule).
 // Pure bookkeeping: no MPI here, so the accounting is unit-testable on its own.
 #pragma once
 
@@ -8,14 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "harness/comm/ring_schedule.h"
 #include "harness/common/dtype.h"
 #include "harness/topology.h"
 
 namespace sb {
-
-enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-constexpr int kNumCollKinds = 5;
-const char* coll_name(CollKind k);
 
 struct HopBytes {
   uint64_t intra = 0;  // bytes this rank sent to a peer on its own node
@@ -39,15 +36,10 @@ struct LedgerEntry {
 };
 
 // Bytes rank `group.index` sends in a ring collective over `group`, classified per hop, exactly
-// as the ring implementation moves them (uneven chunks included). count as in LedgerEntry.
-// Source of the closed forms: nccl-tests PERFORMANCE.md (ring: all-reduce 2(n-1)/n,
-// reduce-scatter and all-gather (n-1)/n of the payload per rank).
+// as the ring implementation moves them (RingSchedule, uneven chunks included). count as in
+// LedgerEntry.
 HopBytes ring_model_sent(CollKind kind, size_t count, DType dtype, const Group& group,
                          const Topology& topo, int root_index = 0);
-
-// Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len).
-struct Chunk { size_t begin, len; };
-Chunk ring_chunk(size_t count, int n, int c);
 
 class Ledger {
  public:

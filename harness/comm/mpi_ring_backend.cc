@@ -1,7 +1,7 @@
-// The ring MPI backend: every collective is a ring of MPI_Sendrecv over the group's
-// communicator, and each transfer is counted by hop class at the one send site (the
-// *measurement* that the ring model in ledger.cc must equal). No Ledger, no memory tracker:
-// scratch here is backend-private.
+// The ring MPI backend: every collective executes RingSchedule as a ring of MPI_Sendrecv over
+// the group's communicator, and each transfer is counted by hop class at the one send site
+// (the *measurement* that the ring model in ledger.cc must equal). No Ledger, no memory
+// tracker: scratch here is backend-private.
 #include <algorithm>
 
 #include "harness/comm/mpi_backend_base.h"
@@ -39,14 +39,13 @@ class RingBackend final : public MpiBackendBase {
   }
 
  private:
-  static constexpr size_t kPipelineBytes = size_t(1) << 19;  // broadcast chain piece
-
   char* at(void* base, size_t elem) const { return static_cast<char*>(base) + elem * es_; }
   const char* at(const void* base, size_t elem) const {
     return static_cast<const char*>(base) + elem * es_;
   }
-  Chunk chunk(int c) const {
-    return ring_chunk(op_->count, op_->group->size(), wrap(c, op_->group->size()));
+  RingSchedule schedule() const {
+    return RingSchedule(op_->kind, op_->count, op_->group->size(), op_->group->index,
+                        op_->root_index);
   }
 
   // Sends scount elements to group position dst while receiving rcount from src (-1: none), in
@@ -69,64 +68,65 @@ class RingBackend final : public MpiBackendBase {
     }
   }
 
+  // The reduce-scatter steps, each adding the received partial sum into the buffer: position
+  // i then holds the full sum of chunk i; the all-gather steps hand it round.
   void all_reduce() {
-    const int n = op_->group->size(), i = op_->group->index;
-    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    const RingSchedule ring = schedule();
+    const int n = op_->group->size();
     void* buf = op_->recv;
-    void* tmp = scratch(chunk(0).len * es_, 0);
-    for (int s = 0; s < n - 1; ++s) {  // the reduce-scatter schedule over ring_chunk(count, n, .)
-      const Chunk sc = chunk(i - 1 - s), rc = chunk(i - 2 - s);
-      xfer(at(buf, sc.begin), sc.len, next, tmp, rc.len, prev);
-      sum_to(at(buf, rc.begin), at(buf, rc.begin), tmp, rc.len, op_->dtype);
-    }
-    // here position i holds the full sum of chunk i; the all-gather below hands it round
-    for (int s = 0; s < n - 1; ++s) {
-      const Chunk sc = chunk(i - s), rc = chunk(i - 1 - s);
-      xfer(at(buf, sc.begin), sc.len, next, at(buf, rc.begin), rc.len, prev);
+    void* tmp = scratch(ring_chunk(op_->count, n, 0).len * es_, 0);
+    for (int s = 0; s < ring.steps(); ++s) {
+      const Chunk sc = ring.send_chunk(s), rc = ring.recv_chunk(s);
+      if (s < n - 1) {
+        xfer(at(buf, sc.begin), sc.len, ring.next(), tmp, rc.len, ring.prev());
+        sum_to(at(buf, rc.begin), at(buf, rc.begin), tmp, rc.len, op_->dtype);
+      } else {
+        xfer(at(buf, sc.begin), sc.len, ring.next(), at(buf, rc.begin), rc.len, ring.prev());
+      }
     }
   }
 
-  // Position i, step s: send the partial sum of chunk i-1-s, receive chunk i-2-s and add own;
+  // Step s: send the partial sum of the schedule's chunk, receive the next one and add own;
   // after n-1 steps position i holds the sum of chunk i. recv may alias block i of send (read
   // only at the last step, element by element, as it is written).
   void reduce_scatter() {
-    const int n = op_->group->size(), i = op_->group->index;
-    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    const RingSchedule ring = schedule();
+    const int n = op_->group->size();
     const size_t m = op_->count / size_t(n);
     void* acc = scratch(m * es_, 0);
     void* tmp = scratch(m * es_, 1);
-    for (int s = 0; s < n - 1; ++s) {
-      const Chunk sc = chunk(i - 1 - s), rc = chunk(i - 2 - s);
-      xfer(s == 0 ? at(op_->send, sc.begin) : acc, m, next, tmp, m, prev);
+    for (int s = 0; s < ring.steps(); ++s) {
+      const Chunk sc = ring.send_chunk(s), rc = ring.recv_chunk(s);
+      xfer(s == 0 ? at(op_->send, sc.begin) : acc, m, ring.next(), tmp, m, ring.prev());
       sum_to(s == n - 2 ? op_->recv : acc, tmp, at(op_->send, rc.begin), m, op_->dtype);
     }
   }
 
   void all_gather() {
-    const int n = op_->group->size(), i = op_->group->index;
-    const int next = wrap(i + 1, n), prev = wrap(i - 1, n);
+    const RingSchedule ring = schedule();
     void* recv = op_->recv;
-    const Chunk own = chunk(i);
+    const Chunk own = ring_chunk(op_->count, op_->group->size(), op_->group->index);
     if (op_->send != at(recv, own.begin))
       std::memmove(at(recv, own.begin), op_->send, own.len * es_);
-    for (int s = 0; s < n - 1; ++s) {
-      const Chunk sc = chunk(i - s), rc = chunk(i - 1 - s);
-      xfer(at(recv, sc.begin), sc.len, next, at(recv, rc.begin), rc.len, prev);
+    for (int s = 0; s < ring.steps(); ++s) {
+      const Chunk sc = ring.send_chunk(s), rc = ring.recv_chunk(s);
+      xfer(at(recv, sc.begin), sc.len, ring.next(), at(recv, rc.begin), rc.len, ring.prev());
     }
   }
 
-  // A chain from the root along the ring, pipelined: piece k moves on while k+1 arrives.
+  // The schedule's chain from the root, pipelined: piece k moves on while k+1 arrives.
   void broadcast() {
-    const int n = op_->group->size(), i = op_->group->index;
-    const int p = wrap(i - op_->root_index, n);  // my place in the chain
-    const int next = p < n - 1 ? wrap(i + 1, n) : -1, prev = p > 0 ? wrap(i - 1, n) : -1;
-    const size_t piece = std::min(max_elems_, std::max<size_t>(1, kPipelineBytes / es_));
+    const RingSchedule ring = schedule();
+    const bool first = !ring.broadcast_receives();
+    const int next = ring.broadcast_sends() ? ring.next() : -1;
+    const int prev = ring.broadcast_receives() ? ring.prev() : -1;
+    const size_t piece = std::min(max_elems_, std::max<size_t>(1, kBroadcastPieceBytes / es_));
     const size_t pieces = (op_->count + piece - 1) / piece;
     void* buf = op_->recv;
     auto len = [&](size_t k) { return std::min(piece, op_->count - k * piece); };
     for (size_t t = 0; t <= pieces; ++t) {
-      const bool send = (p == 0 ? t < pieces : t >= 1), recv = p > 0 && t < pieces;
-      const size_t sk = p == 0 ? t : t - 1;
+      const bool send = (first ? t < pieces : t >= 1), recv = !first && t < pieces;
+      const size_t sk = first ? t : t - 1;
       xfer(send ? at(buf, sk * piece) : nullptr, send ? len(sk) : 0, next,
            recv ? at(buf, t * piece) : nullptr, recv ? len(t) : 0, prev);
     }

@@ -35,7 +35,6 @@ class MpiRuntime {
   [[noreturn]] void abort(int code) const;
 };
 
-enum class CollectiveImpl { kRing, kMpiNative };
 // The MPI backend: kRing runs every collective as a ring of MPI_Sendrecv and counts each
 // transfer by hop class; kMpiNative calls MPI_Allreduce/Reduce_scatter_block/Allgather/Bcast
 // on a sub-communicator and leaves the split to the ring model (counted = false).

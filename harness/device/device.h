@@ -3,6 +3,7 @@
 // It owns no model state and never communicates.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,15 @@ class Device {
   virtual bool is_host() const = 0;
   virtual RawAllocator allocator() = 0;       // zero-filled allocations of this device
   virtual void synchronize() {}
+  // False for the predictor's simulated device: its allocations are sizes only (no memory
+  // behind them) and its kernels touch no data, so nothing may be read or initialised.
+  virtual bool holds_data() const { return true; }
+  // Seconds on this device's clock: the wall clock for a real device (read after
+  // synchronize()), the logical clock that a simulated device's kernels advance.
+  virtual double now_s() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device

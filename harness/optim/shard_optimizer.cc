@@ -23,7 +23,7 @@ ShardOptimizer::ShardOptimizer(const ModelLayout& model, const FlatLayout& flat,
 
 void ShardOptimizer::init_params(void* params) {
   const uint64_t n = size();
-  if (n == 0) return;
+  if (n == 0 || !device_.holds_data()) return;  // a simulated device: sizes only
   std::vector<float> host(n);
   init_flat_range(model_, flat_, begin_, end_, seed_, host.data());
   if (param_dtype_ == DType::kF32) {

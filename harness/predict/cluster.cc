@@ -24,14 +24,16 @@ namespace {
 // bandwidth as nccl-tests bus bandwidth typically reaches (PERFORMANCE.md). Latencies: NCCL's
 // own ring model for the Simple protocol (src/graph/tuning.cc: baseLat 8.4 us per collective,
 // hwLat 3.4 us per NVLink step, 9.6 us per network step).
+// HBM bandwidth (same datasheets): A100 80GB SXM 2.039 TB/s, H100 SXM 3.35 TB/s, H200 4.8 TB/s.
 Cluster gpu_node(const char* name, const char* device, const char* cuda_name, double hbm,
-                 double nvlink, double node_net, const char* source) {
+                 double hbm_bw, double nvlink, double node_net, const char* source) {
   Cluster c;
   c.name = name;
   c.device = device;
   c.peak_flops_bf16 = cuda_peak_flops(cuda_name, true);
   c.peak_flops_fp32 = cuda_peak_flops(cuda_name, false);
   c.device_memory_bytes = hbm;
+  c.memory_bw_bytes_per_s = hbm_bw;
   c.ranks_per_node = 8;
   c.base_latency_s = 8.4e-6;
   c.intra = LinkClass{nvlink, 3.4e-6, true};
@@ -58,6 +60,7 @@ Cluster cpu_local() {
   c.compute_efficiency = 0.82;
   c.comm_efficiency = 1.0;  // the bandwidth below is already the achieved one
   c.device_memory_bytes = 25.3e9;
+  c.memory_bw_bytes_per_s = 0;  // memory-bound kernels: inside the calibrated efficiency
   c.ranks_per_node = 2;
   c.host_cores = 2;
   c.intra = LinkClass{1.1e9, 45e-6, true};
@@ -68,11 +71,11 @@ Cluster cpu_local() {
 
 std::vector<Cluster> presets() {
   return {cpu_local(),
-          gpu_node("dgx-a100-80g", "NVIDIA A100-SXM4-80GB", "A100", 80e9, 300e9, 200e9,
+          gpu_node("dgx-a100-80g", "NVIDIA A100-SXM4-80GB", "A100", 80e9, 2.039e12, 300e9, 200e9,
                    "NVIDIA DGX A100 datasheet; A100 datasheet (2021)"),
-          gpu_node("dgx-h100", "NVIDIA H100-SXM5-80GB", "H100", 80e9, 450e9, 400e9,
+          gpu_node("dgx-h100", "NVIDIA H100-SXM5-80GB", "H100", 80e9, 3.35e12, 450e9, 400e9,
                    "NVIDIA DGX H100 datasheet (2023); H100 datasheet"),
-          gpu_node("h200", "NVIDIA H200-SXM-141GB", "H200", 141e9, 450e9, 400e9,
+          gpu_node("h200", "NVIDIA H200-SXM-141GB", "H200", 141e9, 4.8e12, 450e9, 400e9,
                    "NVIDIA H200 datasheet (2024); 8-GPU HGX/DGX H200 node")};
 }
 
@@ -119,6 +122,7 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"compute_efficiency", c.compute_efficiency},
           {"comm_efficiency", c.comm_efficiency},
           {"device_memory_bytes", c.device_memory_bytes},
+          {"memory_bw_bytes_per_s", c.memory_bw_bytes_per_s},
           {"ranks_per_node", c.ranks_per_node},
           {"host_cores", c.host_cores},
           {"bf16_matmul", c.bf16_matmul},
@@ -138,6 +142,7 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.compute_efficiency = num(j, "compute_efficiency", c.compute_efficiency);
   c.comm_efficiency = num(j, "comm_efficiency", c.comm_efficiency);
   c.device_memory_bytes = num(j, "device_memory_bytes", c.device_memory_bytes);
+  c.memory_bw_bytes_per_s = num(j, "memory_bw_bytes_per_s", c.memory_bw_bytes_per_s);
   c.base_latency_s = num(j, "base_latency_s", c.base_latency_s);
   c.ranks_per_node = int(num(j, "ranks_per_node", c.ranks_per_node));
   c.host_cores = int(num(j, "host_cores", c.host_cores));

@@ -28,6 +28,8 @@ struct Cluster {
   double compute_efficiency = 0.5;  // achieved / peak for this workload's step
   double comm_efficiency = 0.8;     // achieved bus bandwidth / link bandwidth
   double device_memory_bytes = 0;   // per device
+  double memory_bw_bytes_per_s = 0; // device memory bandwidth (memory-bound kernels of the
+                                    // simulated device); 0 = their time is not modelled
   double base_latency_s = 0;        // per collective, before its ring steps
   int ranks_per_node = 1;           // devices per node (the default --ranks-per-node)
   bool bf16_matmul = true;          // bf16-mixed matmuls run in bf16 (CUDA); false: fp32 (CPU)

@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 #include "harness/model/gpt.h"
-#include "strategies/strategy.h"
 
 namespace sb {
 namespace {
@@ -24,15 +23,7 @@ constexpr Alias kAliases[] = {{"gpt3-1.3b", 24, 2048, 16},
                               {"gpt3-13b", 40, 5120, 40},
                               {"gpt3-175b", 96, 12288, 96}};
 
-void finish(ModelShape& s) {
-  const ModelLayout& l = s.layout;
-  s.ready = l.grad_ready_module();
-  s.uses = l.uses_per_pass();
-  s.ready_order = tensors_in_grad_ready_order(l);
-  s.ready_at.assign(l.modules.size(), {});
-  for (size_t t = 0; t < l.tensors.size(); ++t) s.ready_at[s.ready[t]].push_back(int(t));
-  s.num_params = l.num_params();
-}
+void finish(ModelShape& s) { s.num_params = s.layout.num_params(); }
 
 std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
@@ -98,16 +89,6 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
   s->layout.modules.push_back({"params", ModuleKind::kLinear, 0, {0}});
   finish(*s);
   return s;
-}
-
-std::shared_ptr<const BucketPlan> ModelShape::buckets(uint64_t cap_elements) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = plans_.find(cap_elements);
-  if (it != plans_.end()) return it->second;
-  if (plans_.size() > 16) plans_.clear();
-  auto plan =
-      std::make_shared<const BucketPlan>(plan_buckets(layout, ready_order, cap_elements, 1));
-  return plans_.emplace(cap_elements, std::move(plan)).first->second;
 }
 
 uint64_t activation_bytes(const GptConfig& c, int batch) {

@@ -1,39 +1,24 @@
-// The workload as the predictor needs it: the run's own ModelLayout (tensors, leaf modules,
-// gradient-ready order) plus the stated formulas for activation bytes and FLOPs, cached per
-// model so a sweep builds each layout once. A bare parameter count (--params, as the ZeRO
+// The workload as the predictor needs it: the run's own ModelLayout (tensors, leaf modules)
+// plus the stated formulas for activation bytes and FLOPs, cached per model so a sweep builds
+// each layout once. A bare parameter count (--params, as the ZeRO
 // paper's tables use) becomes one tensor in one module: model state and bytes, no activations.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "harness/model/config.h"
 #include "harness/model/layout.h"
-#include "strategies/buckets.h"
 
 namespace sb {
 
 struct ModelShape {
   GptConfig config;
-  bool bare = false;                       // --params: no architecture behind the count
-  ModelLayout layout;                      // exactly what make_layout gives the run
-  std::vector<int> ready;                  // per tensor: module after whose backward it is ready
-  std::vector<int> uses;                   // per tensor: modules using it per pass
-  std::vector<int> ready_order;            // tensors_in_grad_ready_order (bucket order)
-  std::vector<std::vector<int>> ready_at;  // per module: tensors that become ready there
-  uint64_t num_params = 0;                 // unpadded Ψ
-
-  // plan_buckets(layout, ready_order, cap, 1), cached per cap: which tensors share a bucket
-  // does not depend on the pad multiple, only each bucket's padded size does.
-  std::shared_ptr<const BucketPlan> buckets(uint64_t cap_elements) const;
-
- private:
-  mutable std::mutex mu_;
-  mutable std::map<uint64_t, std::shared_ptr<const BucketPlan>> plans_;
+  bool bare = false;       // --params: no architecture behind the count
+  ModelLayout layout;      // exactly what make_layout gives the run
+  uint64_t num_params = 0; // unpadded Ψ
 };
 
 // Cached (thread-safe): the same config returns the same shape.

@@ -1,13 +1,153 @@
-// The prediction of one (model, strategy, shape, cluster): the walk for memory and bytes,
-// then the step-time model; and the fit search (see header).
+// The prediction of one (model, strategy, shape, cluster): a dry run of the trainer's own step
+// loop with the real strategy on a simulated device and communication backend (one warm-up and
+// one measured step); and the fit search (see header).
 #include "harness/predict/predict.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "harness/predict/walk.h"
+#include "harness/comm/communicator.h"
+#include "harness/predict/sim_backend.h"
+#include "harness/predict/sim_device.h"
 
 namespace sb {
+namespace {
+
+// The world from one rank's view: every rank holds what the simulated rank holds.
+class SymmetricRanks final : public CrossRank {
+ public:
+  explicit SymmetricRanks(int world) : world_(world) {}
+  double max(double v) override { return v; }
+  double sum(double v) override { return v * world_; }
+  uint64_t max_u64(uint64_t v) override { return v; }
+  uint64_t sum_u64(uint64_t v) override { return v * uint64_t(world_); }
+  void broadcast_string(std::string&, int) override {}
+
+ private:
+  int world_;
+};
+
+// A bare parameter count has no architecture: its one module is entered and left in forward
+// and backward, with no compute, so the strategy's hooks run as around any module.
+class BareWorkload final : public Workload {
+ public:
+  explicit BareWorkload(const ModelLayout& l) : layout_(l) {}
+  float forward(const int*, const int*, ModelHooks& h) override {
+    for (int m = 0; m < int(layout_.modules.size()); ++m) {
+      h.pre_forward(m);
+      for (int t : layout_.modules[m].tensors) h.param(t);
+      h.post_forward(m);
+    }
+    return 0.0f;
+  }
+  void backward(ModelHooks& h) override {
+    for (int m = int(layout_.modules.size()) - 1; m >= 0; --m) {
+      h.pre_backward(m);
+      for (int t : layout_.modules[m].tensors) h.grad(t);
+      h.post_backward(m);
+    }
+  }
+
+ private:
+  const ModelLayout& layout_;
+};
+
+// The measured step: its collectives are summed in an account of their own, its kernel time
+// from the clock.
+class MeasuredStep final : public StepObserver {
+ public:
+  MeasuredStep(SimBackend& backend, TrafficAccount& account, SimClock& clock)
+      : backend_(backend), account_(account), clock_(clock) {}
+  void measured_begin() override {
+    backend_.set_account(&account_);
+    busy_at_begin_ = clock_.busy_s;
+  }
+  void measured_end() override { busy_s_ = clock_.busy_s - busy_at_begin_; }
+  double busy_s() const { return busy_s_; }
+
+ private:
+  SimBackend& backend_;
+  TrafficAccount& account_;
+  SimClock& clock_;
+  double busy_at_begin_ = 0, busy_s_ = 0;
+};
+
+Topology simulated_topology(int N, int G, const Topology* topo) {
+  if (topo == nullptr) return Topology::virtual_nodes(N, 0, G);
+  std::vector<int> node(size_t(N), 0);
+  for (int r = 0; r < N; ++r) node[size_t(r)] = topo->node_of(r);
+  return Topology(N, 0, std::move(node));
+}
+
+RunConfig dry_run_config(const PredictConfig& cfg) {
+  RunConfig rc;
+  rc.model = cfg.model->config;
+  rc.model.vocab = std::max(1, rc.model.vocab);  // a bare count's batch has one token id
+  rc.batch_per_rank = cfg.batch_per_rank;
+  rc.steps = 1;
+  rc.warmup = 1;  // the bf16 operand slots and every lazily made buffer reach their size
+  rc.options = cfg.options;
+  return rc;
+}
+
+// Model state, memory at the peak and the verdict of the dry run.
+void fill_memory(Prediction& p, const StrategyRun& run, const ModelShape& shape,
+                 const PredictConfig& cfg) {
+  p.padded_params = run.padded_params;
+  p.state_params = run.model_state_params;
+  p.state_grads = run.model_state_grads;
+  p.state_optimizer = run.model_state_optimizer;
+  p.activations = shape.bare ? 0 : activation_bytes(shape.config, cfg.batch_per_rank);
+  p.model_state_only = shape.bare;
+  if (shape.bare) {  // no architecture: the model state is all that is known
+    p.peak = p.state_params + p.state_grads + p.state_optimizer;
+    p.at_peak = MemBreakdown{};
+    p.at_peak[int(MemCategory::kParams)] = p.state_params;
+    p.at_peak[int(MemCategory::kGrads)] = p.state_grads;
+    p.at_peak[int(MemCategory::kOptimizer)] = p.state_optimizer;
+  } else {
+    p.peak = run.peak_bytes;
+    p.at_peak = run.breakdown_at_peak;
+  }
+}
+
+// Step time from the simulated clocks: the measured step as configured, its kernel time, its
+// collectives back to back and the time the compute stream waited for them.
+void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const ModelShape& shape,
+               const PredictConfig& cfg, const Cluster& cluster, int N) {
+  const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
+  const uint64_t tokens = uint64_t(cfg.batch_per_rank) * uint64_t(shape.config.seq_len);
+  p.flops_per_rank = predict_flops(shape, tokens);
+  const double rate = cluster.peak_flops(bf16) * cluster.compute_efficiency;
+  // A bare count has no kernels to run: its compute is the 6·Ψ·tokens rule, added serially.
+  p.compute_s = shape.bare ? p.flops_per_rank / rate * cluster.oversubscription(N) : busy_s;
+  p.comm_s = p.traffic.comm_s;
+  p.exposed_s = run.exposed_s.empty() ? 0 : run.exposed_s.front();
+  const double simulated = run.step_time_s.empty() ? 0 : run.step_time_s.front();
+  p.step_s = shape.bare ? p.compute_s + simulated : simulated;
+  p.total_no_overlap_s = p.compute_s + p.comm_s;
+  // The simulated step is at most its kernels plus its collectives back to back (up to the
+  // rounding of summing the same terms in another order).
+  p.total_overlap_s =
+      cfg.options.overlap ? std::min(p.step_s, p.total_no_overlap_s) : p.total_no_overlap_s;
+  if (p.step_s > 0) {
+    p.tokens_per_s = double(tokens) * N / p.step_s;
+    p.mfu = p.flops_per_rank / p.step_s / cluster.peak_flops(bf16);
+  }
+}
+
+}  // namespace
+
+PredictConfig predict_config_for(const RunConfig& run, const Topology& topo) {
+  PredictConfig cfg;
+  cfg.model = model_shape(run.model);
+  cfg.world = topo.world_size();
+  cfg.ranks_per_node = topo.ranks_per_node();
+  cfg.batch_per_rank = run.batch_per_rank;
+  cfg.options = run.options;
+  cfg.mem_limit_gb = run.mem_limit_gb;
+  return cfg;
+}
 
 Prediction predict(const PredictConfig& cfg, const std::string& strategy, const Cluster& cluster,
                    const Topology* topo) {
@@ -25,58 +165,41 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   p.strategy = strategy;
   p.description = entry->description;
 
-  // Memory and bytes: one walk of setup + one step.
-  MemWalk mem;
-  TrafficAccount traffic = topo ? TrafficAccount(*topo, cluster) : TrafficAccount(N, G, cluster);
-  WalkEnv env{shape, p.description, cfg.options, N, G, mem, traffic};
-  const uint64_t acts = shape.bare ? 0 : activation_bytes(shape.config, cfg.batch_per_rank);
-  std::unique_ptr<StrategyWalk> walk = make_walk(env);
-  const bool bf16_matmuls = env.bf16() && cluster.bf16_matmul && !shape.bare;
-  walk_training_step(*walk, env, acts,
-                     bf16_matmuls ? bf16_operand_bytes(shape.config, cfg.batch_per_rank) : 0);
-  p.padded_params = walk->padded_params();
-  p.state_params = mem.cur[int(MemCategory::kParams)];
-  p.state_grads = mem.cur[int(MemCategory::kGrads)];
-  p.state_optimizer = mem.cur[int(MemCategory::kOptimizer)];
-  p.activations = acts;
-  p.model_state_only = shape.bare;
-  if (shape.bare) {  // no architecture: the model state is all that is known
-    p.peak = p.state_params + p.state_grads + p.state_optimizer;
-    p.at_peak = MemBreakdown{};
-    p.at_peak[int(MemCategory::kParams)] = p.state_params;
-    p.at_peak[int(MemCategory::kGrads)] = p.state_grads;
-    p.at_peak[int(MemCategory::kOptimizer)] = p.state_optimizer;
-  } else {
-    p.peak = mem.peak;
-    p.at_peak = mem.at_peak;
-  }
+  // The simulated rank 0 of the world: its device, its communicator, the loop's own driver.
+  const Topology sim_topo = simulated_topology(N, G, topo);
+  SimClock clock;
+  clock.serial = cluster.oversubscription(N) > 1.0;
+  const std::unique_ptr<Device> device = make_sim_device(
+      cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank);
+  auto account = [&] {
+    return topo ? TrafficAccount(*topo, cluster) : TrafficAccount(N, G, cluster);
+  };
+  TrafficAccount setup_account = account(), step_account = account();
+  auto backend = std::make_unique<SimBackend>(clock, &setup_account);
+  SimBackend& sim = *backend;
+  Ledger ledger;
+  Communicator comm(sim_topo, std::move(backend), ledger);
+  SymmetricRanks ranks(N);
+  MeasuredStep measured(sim, step_account, clock);
+  TrainContext ctx(comm, *device, ranks);
+  ctx.observers = {&measured};
+  ctx.gather_params = false;
+  ctx.layout = &shape.layout;
+  if (shape.bare)
+    ctx.workload = [&](const RunConfig&, Device&, MemoryTracker&) {
+      return std::make_unique<BareWorkload>(shape.layout);
+    };
+  const RunConfig rc = dry_run_config(cfg);
+  StrategyRun run;
+  if (train(*entry, rc, ctx, run) == Verdict::kError)
+    throw std::invalid_argument("predict " + strategy + ": " + run.error);
+
+  fill_memory(p, run, shape, cfg);
   p.limit_bytes =
       cfg.mem_limit_gb > 0 ? cfg.mem_limit_gb * double(1ull << 30) : cluster.memory_per_rank(N);
   p.fits = double(p.peak) <= p.limit_bytes;
-  p.traffic = traffic.finish();
-
-  // Step time: compute = FLOPs / (peak x efficiency), slowed when ranks share fewer cores;
-  // communication = the alpha-beta sum of the step's collectives (traffic.cc). With overlap,
-  // what runs during forward/backward hides behind compute; the exposed part adds.
-  const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
-  const uint64_t tokens = uint64_t(cfg.batch_per_rank) * uint64_t(shape.config.seq_len);
-  p.flops_per_rank = predict_flops(shape, tokens);
-  const double rate = cluster.peak_flops(bf16) * cluster.compute_efficiency;
-  p.compute_s = p.flops_per_rank / rate * cluster.oversubscription(N);
-  p.comm_s = p.traffic.comm_s;
-  p.exposed_s = p.traffic.exposed_s;
-  p.total_no_overlap_s = p.compute_s + p.comm_s;
-  // Overlap needs idle hardware for the communication: where ranks outnumber cores (the
-  // oversubscribed CPU case) the comm thread's copies and polling take the same cores as the
-  // compute, so nothing hides and the step is the sum.
-  p.total_overlap_s = cluster.oversubscription(N) > 1.0
-                          ? p.total_no_overlap_s
-                          : std::max(p.compute_s, p.comm_s - p.exposed_s) + p.exposed_s;
-  p.step_s = cfg.options.overlap ? p.total_overlap_s : p.total_no_overlap_s;
-  if (p.step_s > 0) {
-    p.tokens_per_s = double(tokens) * N / p.step_s;
-    p.mfu = p.flops_per_rank / p.step_s / cluster.peak_flops(bf16);
-  }
+  p.traffic = step_account.finish();
+  fill_time(p, run, measured.busy_s(), shape, cfg, cluster, N);
   return p;
 }
 
@@ -100,6 +223,8 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
   if (max_nodes < 1) return r;
   int lo = 0, hi = 1;  // nodes: lo does not fit (0 = none tried), hi is the candidate
   Prediction at_hi = try_world(G);
+  // Activations are not sharded: where they alone exceed the limit, no world fits.
+  if (double(at_hi.at_peak[int(MemCategory::kActivations)]) > at_hi.limit_bytes) return r;
   while (!at_hi.fits && hi < max_nodes) {
     lo = hi;
     hi = std::min(max_nodes, hi * 2);
@@ -117,26 +242,6 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
     }
   }
   return {strategy, hi * G, at_hi};
-}
-
-nlohmann::json predict_for_run(const RunConfig& run, const Topology& topo,
-                               const std::string& strategy, const Cluster& cluster) {
-  PredictConfig cfg;
-  cfg.model = model_shape(run.model);
-  cfg.world = topo.world_size();
-  cfg.ranks_per_node = topo.ranks_per_node();
-  cfg.batch_per_rank = run.batch_per_rank;
-  cfg.options = run.options;
-  cfg.mem_limit_gb = run.mem_limit_gb;
-  // Bytes from ring_model_sent on the run's own topology (O(world^2) per collective); the
-  // closed forms, pinned equal to it by the tests, for large consecutive-node jobs.
-  bool consecutive = true;
-  for (int r = 0; r < topo.world_size(); ++r)
-    consecutive = consecutive && topo.node_of(r) == r / topo.ranks_per_node();
-  const bool ring = topo.world_size() <= 64 || !consecutive;
-  nlohmann::json j = prediction_json(predict(cfg, strategy, cluster, ring ? &topo : nullptr));
-  j["cluster"] = cluster.name;
-  return j;
 }
 
 }  // namespace sb

@@ -1,9 +1,9 @@
 // `shardbench predict`'s engine: what a strategy costs per rank and per step on a cluster that
-// is not here — model-state memory (the strategies' own padding), activations (gpt.cc's
-// allocations), gathered params and comm buffers at the peak, bytes per collective kind split
-// intra/inter by the ledger's ring rules, and step time (compute + alpha-beta communication,
-// with and without overlap). Model, strategy description (strategy_registry()) and cluster
-// are three separate inputs. No MPI, no buffers: a prediction takes microseconds.
+// is not here, from a dry run of the trainer's step loop with the real strategy on a simulated
+// device and backend (sim_device.h, sim_backend.h): memory at rest and at the peak with its
+// breakdown, bytes per collective kind split intra/inter by the ring schedule, and step time
+// on the simulated clocks. Model, strategy and cluster are three separate inputs. No MPI, no
+// buffers: a prediction takes milliseconds.
 #pragma once
 
 #include <memory>
@@ -45,6 +45,9 @@ struct Prediction {
   double total_overlap_s = 0, total_no_overlap_s = 0, step_s = 0;  // step_s: as configured
   double tokens_per_s = 0, mfu = 0;
 };
+
+// The prediction config of a run's own config on its topology.
+PredictConfig predict_config_for(const RunConfig& run, const Topology& topo);
 
 // Throws std::invalid_argument for an unknown strategy or an inconsistent shape.
 // With `topo`, bytes come from ring_model_sent rank by rank on that topology.

@@ -124,9 +124,12 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                 {"bf16_operands", bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
                 {"step_time",
-                 "compute = flops / (peak * compute_efficiency) * max(1, world / host_cores); "
-                 "each collective = ring steps * alpha + bytes / (bw * comm_efficiency) of its "
-                 "slowest hop class; total_overlap = max(compute, comm - exposed) + exposed"}}},
+                 "a dry run of the strategy's step on a simulated device and backend: each "
+                 "kernel = matmul flops / (peak * compute_efficiency) or memory-bound bytes / "
+                 "memory_bw_bytes_per_s, times max(1, world / host_cores); each collective = "
+                 "ring steps * alpha + bytes / (bw * comm_efficiency) of its slowest hop class, "
+                 "on one communication stream from max(issue, stream free); predicted = the "
+                 "simulated step, waits included; total_no_overlap = compute + comm"}}},
               {"results", results}};
 }
 
@@ -157,6 +160,20 @@ json prediction_residuals(const json& predicted, const json& result) {
   add("step_time_s", at(result, {"step_time_s", "median"}),
       at(predicted, {"step_time_s", "predicted"}));
   return r;
+}
+
+json predict_for_run(const RunConfig& run, const Topology& topo, const std::string& strategy,
+                     const Cluster& cluster) {
+  const PredictConfig cfg = predict_config_for(run, topo);
+  // Bytes from ring_model_sent on the run's own topology (O(world^2) per collective); the
+  // closed forms, pinned equal to it by the tests, for large consecutive-node jobs.
+  bool consecutive = true;
+  for (int r = 0; r < topo.world_size(); ++r)
+    consecutive = consecutive && topo.node_of(r) == r / topo.ranks_per_node();
+  const bool ring = topo.world_size() <= 64 || !consecutive;
+  json j = prediction_json(predict(cfg, strategy, cluster, ring ? &topo : nullptr));
+  j["cluster"] = cluster.name;
+  return j;
 }
 
 }  // namespace sb

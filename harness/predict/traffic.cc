@@ -1,13 +1,11 @@
 // Ring accounting and alpha-beta time of predicted collectives (see header).
 //
-// Closed forms of ledger.cc's ring schedule (position i of n, chunk c has
-// len(c) = count/n + [c < count % n] elements):
-//   reduce-scatter sends every chunk but its own:        count - len(i)
-//   all-gather sends every chunk but its successor's:    count - len((i+1) mod n)
-//   all-reduce is both:                                  2 count - len(i) - len((i+1) mod n)
-//   broadcast (chain from root 0): count, except position n-1 which sends nothing.
-// Summed over a group that is (n-1)·count (2(n-1)·count for all-reduce): nccl-tests
-// PERFORMANCE.md's (n-1)/n and 2(n-1)/n of the payload per rank.
+// Per position, RingSchedule::sent_elements (position i of n, chunk c has
+// len(c) = count/n + [c < count % n] elements): reduce-scatter count - len(i), all-gather
+// count - len((i+1) mod n), all-reduce both, broadcast (chain from root 0) count except the
+// last. Summed over a group that is (n-1)·count (2(n-1)·count for all-reduce): nccl-tests
+// PERFORMANCE.md's (n-1)/n and 2(n-1)/n of the payload per rank. The account below keeps the
+// position-dependent part as a difference array, so one collective costs O(1) at any world.
 #include "harness/predict/traffic.h"
 
 #include <algorithm>
@@ -26,26 +24,7 @@ int bit_width_of(uint64_t bytes) {  // index of the power of two >= bytes (the r
 
 uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i) {
   if (n <= 1 || kind == CollKind::kBarrier) return 0;
-  const uint64_t base = count / uint64_t(n), rem = count % uint64_t(n);
-  auto len = [&](int c) { return base + (uint64_t(c) < rem ? 1 : 0); };
-  uint64_t elems = 0;
-  switch (kind) {
-    case CollKind::kReduceScatter:
-      elems = count - len(i);
-      break;
-    case CollKind::kAllGather:
-      elems = count - len((i + 1) % n);
-      break;
-    case CollKind::kAllReduce:
-      elems = 2 * count - len(i) - len((i + 1) % n);
-      break;
-    case CollKind::kBroadcast:
-      elems = i == n - 1 ? 0 : count;
-      break;
-    case CollKind::kBarrier:
-      break;
-  }
-  return elems * elem_bytes;
+  return RingSchedule(kind, size_t(count), n, i).sent_elements() * elem_bytes;
 }
 
 TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster)
@@ -74,7 +53,7 @@ int TrafficAccount::n_of(GroupKind g) const {
   return g == GroupKind::kWorld ? N_ : g == GroupKind::kIntra ? G_ : M_;
 }
 
-void TrafficAccount::add(const PredictedCall& c) {
+double TrafficAccount::add(const PredictedCall& c) {
   const uint64_t e = dtype_bytes(c.dtype), payload = c.count * e;
   KindTotals& k = t_.by_kind[int(c.kind)][int(c.group)];
   t_.collectives += 1;
@@ -83,7 +62,7 @@ void TrafficAccount::add(const PredictedCall& c) {
   k.count += 1;
   k.payload_bytes += payload;
   const int n = n_of(c.group);
-  if (n <= 1 || c.kind == CollKind::kBarrier) return;
+  if (n <= 1 || c.kind == CollKind::kBarrier) return 0;
   const uint64_t base = c.count / uint64_t(n), rem = c.count % uint64_t(n);
   const uint64_t twice = c.kind == CollKind::kAllReduce ? 2 : 1;
   uint64_t max_rank = twice * (c.count - base) * e, sent = 0, node_inter = 0;
@@ -130,7 +109,7 @@ void TrafficAccount::add(const PredictedCall& c) {
   const double time = call_time(c, max_rank, node_inter);
   k.time_s += time;
   t_.comm_s += time;
-  if (c.exposed) t_.exposed_s += time;
+  return time;
 }
 
 // Latency as NCCL's ring model (src/graph/tuning.cc, ncclTopoTuneModel): a base per collective

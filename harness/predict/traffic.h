@@ -22,8 +22,6 @@ struct PredictedCall {
   GroupKind group = GroupKind::kWorld;
   uint64_t count = 0;
   DType dtype = DType::kF32;
-  bool exposed = false;  // nothing left to overlap it with (before the first / after the last
-                         // compute of the step)
 };
 
 struct KindTotals {
@@ -39,7 +37,6 @@ struct Traffic {
   std::array<std::array<KindTotals, 3>, kNumCollKinds> by_kind{};  // [kind][group]
   std::array<uint64_t, 64> size_histogram{};  // count by payload rounded up to 2^i
   double comm_s = 0;                          // every collective back to back
-  double exposed_s = 0;                       // those that cannot overlap compute
 };
 
 class TrafficAccount {
@@ -48,7 +45,8 @@ class TrafficAccount {
   TrafficAccount(int world, int ranks_per_node, const Cluster& cluster);
   // Any topology: every rank's sends from ring_model_sent (O(world^2) per collective).
   TrafficAccount(const Topology& topo, const Cluster& cluster);
-  void add(const PredictedCall& c);
+  // Adds one collective; returns its time (the simulated backend's cost function).
+  double add(const PredictedCall& c);
   Traffic finish() const;
 
  private:

@@ -36,7 +36,6 @@ bool read_retrans_segs(uint64_t* v) {
   return false;
 }
 
-int wrap(int i, int n) { return ((i % n) + n) % n; }
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
@@ -95,38 +94,24 @@ uint64_t link_message_overhead_bytes(uint64_t payload, const LinkModel& m) {
   return protocol + uint64_t(packets * double(m.packet_header_bytes) + 0.5);
 }
 
-// Mirrors RingBackend in harness/comm/mpi_backend.cc: every send of a ring collective goes to
-// the next position, one MPI message per step (zero-length chunks send nothing).
+// The ring backend's messages: one per step of RingSchedule to the next position (zero-length
+// chunks send nothing); broadcast in the chain's pieces.
 std::vector<uint64_t> ring_inter_messages(const LedgerEntry& e, const Topology& topo) {
   std::vector<uint64_t> out;
   const Group& g = topo.group(e.group);
   const int n = g.size(), i = g.index;
   if (n <= 1 || e.kind == CollKind::kBarrier) return out;
-  if (topo.same_node(g.ranks[i], g.ranks[wrap(i + 1, n)])) return out;
+  const RingSchedule ring(e.kind, e.count, n, i);  // the ledger keeps no root: chain from 0
+  if (topo.same_node(g.ranks[i], g.ranks[ring.next()])) return out;
   const uint64_t es = dtype_bytes(e.dtype);
-  auto chunk = [&](int c) { return uint64_t(ring_chunk(e.count, n, wrap(c, n)).len) * es; };
   auto add = [&](uint64_t bytes) {
     if (bytes > 0) out.push_back(bytes);
   };
-  switch (e.kind) {
-    case CollKind::kAllReduce:
-      for (int s = 0; s < n - 1; ++s) add(chunk(i - 1 - s));
-      for (int s = 0; s < n - 1; ++s) add(chunk(i - s));
-      break;
-    case CollKind::kReduceScatter:
-      for (int s = 0; s < n - 1; ++s) add(uint64_t(e.count / size_t(n)) * es);
-      break;
-    case CollKind::kAllGather:
-      for (int s = 0; s < n - 1; ++s) add(chunk(i - s));
-      break;
-    case CollKind::kBroadcast: {  // chain from position 0 in pieces (the ledger keeps no root)
-      if (i == n - 1) break;
-      const uint64_t piece = uint64_t(1) << 19, total = uint64_t(e.count) * es;
-      for (uint64_t off = 0; off < total; off += piece) add(std::min(piece, total - off));
-      break;
-    }
-    case CollKind::kBarrier:
-      break;
+  for (int s = 0; s < ring.steps(); ++s) add(uint64_t(ring.send_chunk(s).len) * es);
+  if (e.kind == CollKind::kBroadcast && ring.broadcast_sends()) {
+    const uint64_t total = uint64_t(e.count) * es;
+    for (uint64_t off = 0; off < total; off += kBroadcastPieceBytes)
+      add(std::min<uint64_t>(kBroadcastPieceBytes, total - off));
   }
   return out;
 }

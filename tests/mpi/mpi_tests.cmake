@@ -21,7 +21,7 @@ function(sb_add_mpi_tests target prefix)
 endfunction()
 
 # A missing binary is an error, not a silently smaller suite.
-foreach(target sb_mpi_comm_tests sb_mpi_run_tests)
+foreach(target sb_mpi_comm_tests sb_mpi_run_tests sb_mpi_predict_tests)
   if(NOT TARGET ${target})
     message(FATAL_ERROR "multi-rank test binary ${target} has no sources (tests/mpi/)")
   endif()
@@ -34,3 +34,6 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 # LayerNorms and projection biases (25) that divide by neither 2 nor 3, so at a world of 3 every
 # flat buffer, bucket, unit and most tensor shards are padded and every ring has uneven chunks.
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 ARGS --model=2,25,5,16,59)
+
+# The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
+sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)

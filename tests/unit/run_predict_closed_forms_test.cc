@@ -110,8 +110,8 @@ TEST(PredictRing, UnevenCountsAgreeBetweenClosedFormAndTopologyPaths) {
     for (uint64_t count : {7ull, 13ull, 1000003ull, 5ull})
       for (GroupKind g : {GroupKind::kWorld, GroupKind::kIntra, GroupKind::kInter})
         for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
-          closed.add({k, g, count, DType::kF32, false});
-          ring.add({k, g, count, DType::kF32, false});
+          closed.add({k, g, count, DType::kF32});
+          ring.add({k, g, count, DType::kF32});
         }
     const Traffic a = closed.finish(), b = ring.finish();
     EXPECT_EQ(a.sent_intra, b.sent_intra);

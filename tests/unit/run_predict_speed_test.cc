@@ -1,6 +1,6 @@
-// The predictor is cheap enough to sweep: 10,000 predictions (GPT-2/GPT-3 sizes, every
-// strategy, worlds 8..1024, both precisions) in about a second. Speed is measured, not
-// asserted (`shardbench predict --sweep 10000` is the benchmark; README): this test checks
+// The predictor (a dry run of the real strategies) is cheap enough to sweep: GPT-2/GPT-3 sizes,
+// every strategy, worlds 8..1024, both precisions. Speed is measured, not asserted
+// (`shardbench predict --sweep N` and `--fit` are the benchmarks; README): this test checks
 // that a sweep over every shape runs through and prints the rate it saw.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 namespace sb {
 namespace {
 
-TEST(PredictSpeed, SweepOfTenThousandShapesRunsThrough) {
+TEST(PredictSpeed, SweepOverEveryShapeRunsThrough) {
   const Cluster cl = load_cluster("dgx-h100");
   const std::vector<std::string> strategies = strategy_names();
   const char* models[] = {"gpt2-124m", "gpt2-350m", "gpt2-1.5b", "gpt3-6.7b", "gpt3-175b"};
@@ -21,7 +21,7 @@ TEST(PredictSpeed, SweepOfTenThousandShapesRunsThrough) {
   cfg.batch_per_rank = 1;
   int done = 0, fits = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  while (done < 10000) {
+  while (done < 400) {
     for (const char* m : models) {
       cfg.model = model_shape(parse_predict_model(m));
       for (int w : worlds)

@@ -1,0 +1,59 @@
+// The ring schedule of every collective, written once: which chunk position i of a group of n
+// sends to its successor and receives from its predecessor at each step. The MPI ring backend
+// executes it, the ledger counts it (ring_model_sent), the predictor's simulated backend times
+// it (traffic.cc) and the two-host link model sums its messages (link_counter.cc).
+// Source of the closed forms: nccl-tests PERFORMANCE.md (ring: all-reduce 2(n-1)/n,
+// reduce-scatter and all-gather (n-1)/n of the payload per rank).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sb {
+
+enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+constexpr int kNumCollKinds = 5;
+const char* coll_name(CollKind k);
+
+// Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len); the
+// first count % n chunks are one element longer.
+struct Chunk { size_t begin, len; };
+Chunk ring_chunk(size_t count, int n, int c);
+
+// The broadcast chain moves pieces of this many bytes (piece k moves on while k+1 arrives).
+constexpr size_t kBroadcastPieceBytes = size_t(1) << 19;
+
+class RingSchedule {
+ public:
+  // count as in LedgerEntry (all-reduce/broadcast buffer, reduce-scatter input, all-gather
+  // output); position i of n; root: broadcast root position.
+  RingSchedule(CollKind kind, size_t count, int n, int i, int root = 0);
+
+  int next() const { return wrap(i_ + 1); }  // every send goes here
+  int prev() const { return wrap(i_ - 1); }  // every receive comes from here
+  // Send/receive steps (0 for a group of one and for barrier and broadcast, whose chain is
+  // pieced: broadcast_sends()):
+  //   reduce-scatter s < n-1: send chunk i-1-s, receive chunk i-2-s and add own -> position i
+  //                           holds the sum of chunk i;
+  //   all-gather     s < n-1: send chunk i-s, receive chunk i-1-s -> every chunk everywhere;
+  //   all-reduce     s < 2(n-1): the reduce-scatter steps, then the all-gather steps.
+  int steps() const;
+  Chunk send_chunk(int s) const;
+  Chunk recv_chunk(int s) const;
+  // Broadcast: the chain root -> root+1 -> ... -> root+n-1; all but the last send everything.
+  bool broadcast_sends() const { return n_ > 1 && wrap(i_ - root_) != n_ - 1; }
+  bool broadcast_receives() const { return n_ > 1 && i_ != root_; }
+  // Elements this position sends over the whole collective, in O(1) (the sum over steps):
+  //   reduce-scatter count - len(i); all-gather count - len(i+1); all-reduce both;
+  //   broadcast count unless last in the chain.
+  uint64_t sent_elements() const;
+
+ private:
+  int wrap(int x) const { return ((x % n_) + n_) % n_; }
+  Chunk chunk(int c) const { return ring_chunk(count_, n_, wrap(c)); }
+  CollKind kind_;
+  size_t count_;
+  int n_, i_, root_;
+};
+
+}  // namespace sb

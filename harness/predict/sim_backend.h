@@ -1,0 +1,35 @@
+// The predictor's simulated communication backend, behind the same Communicator as MPI and
+// NCCL: no data moves; each collective runs at issue on the caller's thread, its bytes are the
+// ring schedule's (the Communicator's ledger and the TrafficAccount, which sums every rank of
+// the symmetric world), and its completion is a logical time on one communication stream:
+// start = max(issue time on the compute clock, stream free), duration = traffic.cc's
+// alpha-beta time of its link classes. wait() moves the compute clock to the completion.
+#pragma once
+
+#include <memory>
+
+#include "harness/comm/communicator.h"
+#include "harness/predict/sim_device.h"
+#include "harness/predict/traffic.h"
+
+namespace sb {
+
+class SimBackend final : public CommBackend {
+ public:
+  SimBackend(SimClock& clock, TrafficAccount* account) : clock_(clock), account_(account) {}
+  // Where the next collectives are summed (the measured step gets an account of its own).
+  void set_account(TrafficAccount* account) { account_ = account; }
+
+  std::string name() const override { return "sim"; }
+  BackendResult run(const CollectiveOp& op) override;
+  bool runs_at_issue() const override { return true; }
+  double wait_until(double end_s) override;
+  bool done_by_now(double end_s) const override { return end_s <= clock_.compute_s; }
+  double wait_all() override { return wait_until(clock_.comm_free_s); }
+
+ private:
+  SimClock& clock_;
+  TrafficAccount* account_;
+};
+
+}  // namespace sb

@@ -1,0 +1,137 @@
+// The simulated device (see header): every kernel is a cost on the logical clock, every
+// allocation an address from a bump counter that no one may dereference.
+#include "harness/predict/sim_device.h"
+
+#include <algorithm>
+
+#include "harness/common/check.h"
+#include "harness/predict/model_shape.h"
+
+namespace sb {
+namespace {
+
+// Addresses handed out: far above anything mapped, never dereferenced (holds_data() false).
+constexpr uint64_t kSimBase = uint64_t(1) << 44;
+
+class SimDevice final : public Device {
+ public:
+  SimDevice(const Cluster& c, int world, SimClock& clock, const GptConfig* model, int batch)
+      : cluster_(c), clock_(clock), slow_(c.oversubscription(world)),
+        operand_bytes_(model && c.bf16_matmul ? bf16_operand_bytes(*model, batch) : 0) {}
+
+  std::string name() const override { return "sim:" + cluster_.name; }
+  bool is_host() const override { return cluster_.host_cores > 0; }
+  bool holds_data() const override { return false; }
+  double now_s() const override { return clock_.compute_s; }
+  RawAllocator allocator() override {
+    return RawAllocator{[this](size_t bytes) {
+                          const uint64_t at = next_;
+                          next_ += (std::max<uint64_t>(bytes, 1) + 255) / 256 * 256;
+                          return reinterpret_cast<void*>(at);
+                        },
+                        [](void*) {}};
+  }
+  void copy_to_device(void*, const void*, size_t bytes) override { memory(bytes); }
+  void copy_to_host(void*, const void*, size_t bytes) override { memory(bytes); }
+  void copy(void*, const void*, size_t bytes) override { memory(2 * bytes); }
+  void fill_zero(void*, size_t bytes) override { memory(bytes); }
+
+  // bf16 matmuls on a GPU cluster hold the CUDA device's two operand slots, at their size
+  // after the first step (bf16_operand_bytes, checked against the CUDA device in its tests).
+  bool set_matmul_precision(MatmulPrecision p, MemoryTracker* workspace) override {
+    operands_.reset();
+    bf16_ = p == MatmulPrecision::kBf16;
+    if (bf16_ && cluster_.bf16_matmul && operand_bytes_ > 0)
+      operands_ = TrackedBuffer<uint8_t>(*workspace, MemCategory::kWorkspace, operand_bytes_);
+    return !bf16_ || cluster_.bf16_matmul;
+  }
+
+  void gemm(bool, bool, int m, int n, int k, float, const float*, int, const float*, int, float,
+            float*, int) override {
+    flops(2.0 * m * n * k);
+  }
+  void linear_forward(float*, const float*, const float*, const float*, int rows, int in,
+                      int out) override {
+    flops(2.0 * rows * in * out);
+  }
+  void linear_backward(float* dx, float*, float*, const float*, const float*, const float*,
+                       int rows, int in, int out) override {
+    flops((dx != nullptr ? 4.0 : 2.0) * rows * in * out);
+  }
+  void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
+                         int rows, int C) override {
+    memory(8.0 * rows * C);
+  }
+  void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
+                          const float*, const float*, int rows, int C) override {
+    memory(16.0 * rows * C);
+  }
+  void gelu_forward(float*, const float*, size_t n) override { memory(8.0 * double(n)); }
+  void gelu_backward(float*, const float*, const float*, size_t n) override {
+    memory(12.0 * double(n));
+  }
+  // Scores and values, forward 2·2·B·T²·C, backward twice that (PaLM appendix B's 12·L·C·T
+  // per token over both passes).
+  void attention_forward(float*, float*, const float*, int B, int T, int C, int) override {
+    flops(4.0 * B * double(T) * T * C);
+  }
+  void attention_backward(float*, float*, const float*, const float*, const float*, int B, int T,
+                          int C, int) override {
+    flops(8.0 * B * double(T) * T * C);
+  }
+  void embedding_forward(float*, const int*, const float*, const float*, int B, int T,
+                         int C) override {
+    memory(12.0 * B * T * C);
+  }
+  void embedding_backward(float*, float*, const float*, const int*, int B, int T,
+                          int C) override {
+    memory(12.0 * B * T * C);
+  }
+  float softmax_crossentropy_forward(float*, const float*, const int*, int rows, int V) override {
+    memory(8.0 * rows * double(V));
+    return 0.0f;  // no data: the dry run has no loss
+  }
+  void crossentropy_backward(float*, const float*, const int*, int rows, int V, float) override {
+    memory(8.0 * rows * double(V));
+  }
+  void add_inplace(float*, const float*, size_t n) override { memory(12.0 * double(n)); }
+  void scale_inplace(float*, float, size_t n) override { memory(8.0 * double(n)); }
+  void adamw(float*, const float*, float*, float*, size_t n, float, float, float, float, float,
+             int, float) override {
+    memory(28.0 * double(n));  // read p, g, m, v; write p, m, v
+  }
+  void bf16_to_f32(float*, const uint16_t*, size_t n) override { memory(6.0 * double(n)); }
+  void f32_to_bf16(uint16_t*, const float*, size_t n) override { memory(6.0 * double(n)); }
+
+ private:
+  void advance(double seconds) {
+    // Where communication takes the compute's cores, a kernel waits for the stream to be idle.
+    const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_free_s)
+                                       : clock_.compute_s;
+    clock_.compute_s = start + seconds * slow_;
+    clock_.busy_s += seconds * slow_;
+  }
+  void flops(double f) {
+    advance(f / (cluster_.peak_flops(bf16_) * cluster_.compute_efficiency));
+  }
+  void memory(double bytes) {
+    if (cluster_.memory_bw_bytes_per_s > 0) advance(bytes / cluster_.memory_bw_bytes_per_s);
+  }
+
+  const Cluster& cluster_;
+  SimClock& clock_;
+  double slow_;
+  uint64_t operand_bytes_;
+  bool bf16_ = false;
+  uint64_t next_ = kSimBase;
+  TrackedBuffer<uint8_t> operands_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,
+                                        const GptConfig* model, int batch_per_rank) {
+  return std::make_unique<SimDevice>(cluster, world, clock, model, batch_per_rank);
+}
+
+}  // namespace sb

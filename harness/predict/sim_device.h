@@ -1,0 +1,31 @@
+// The predictor's simulated cluster, as seen from one rank: a Device whose allocations are
+// sizes only (they go through the tracker, so memory is counted as in a run, but no host
+// memory backs them) and whose kernels touch no data and advance a logical clock by a
+// roofline cost; and the clock the simulated communication backend (sim_backend.h) shares.
+// It does not model kernel-launch overheads, caches or fused kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "harness/device/device.h"
+#include "harness/model/config.h"
+#include "harness/predict/cluster.h"
+
+namespace sb {
+
+// The simulated rank's time: the compute stream and the communication stream.
+struct SimClock {
+  double compute_s = 0;    // where the compute stream is
+  double comm_free_s = 0;  // when the communication stream is next idle
+  double busy_s = 0;       // kernel time so far (compute without the waits)
+  bool serial = false;     // ranks outnumber cores: communication takes the compute's cores
+};
+
+// Kernel costs: matmuls FLOPs / (peak x compute_efficiency) at the matmul precision in force;
+// memory-bound kernels bytes / the cluster's memory bandwidth (free where it is 0); both
+// slowed by the cluster's oversubscription at this world size.
+std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,
+                                        const GptConfig* model, int batch_per_rank);
+
+}  // namespace sb

@@ -1,0 +1,123 @@
+// The predictor against the run, differentially: the real job (this mpirun's ranks, the ring
+// backend's counted bytes, the CPU device's tracked allocations) and `predict` (the same
+// strategy code dry-run on the simulated device and backend, from rank 0's symmetric view) on
+// the same config must agree exactly on bytes intra and inter (summed over ranks), collectives
+// and payload per step, padded parameters, model-state bytes and — with --overlap off, where
+// buffers are freed at fixed points — peak memory and its breakdown. Every strategy, across
+// the knobs, on tiny and on a shape whose tensors do not divide the world (padding).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <ostream>
+
+#include "harness/predict/predict.h"
+#include "tests/mpi/run_fixture.h"
+
+namespace sb::testing {
+namespace {
+
+struct Knobs {
+  std::string name;
+  std::function<void(RunConfig&)> set;
+};
+
+// Each variation of the knobs the strategies read (defaults otherwise).
+std::vector<Knobs> knob_cases() {
+  return {
+      {"defaults", [](RunConfig&) {}},
+      {"bf16", [](RunConfig& c) { c.options.precision = Precision::kBf16Mixed; }},
+      {"wrap_model", [](RunConfig& c) { c.options.wrap = "model"; }},
+      {"wrap_every2", [](RunConfig& c) { c.options.wrap = "every-2"; }},
+      {"small_buckets", [](RunConfig& c) { c.options.bucket_mb = 0.004; }},
+      {"prefetch_persist",
+       [](RunConfig& c) {
+         c.options.prefetch_elements = 300;
+         c.options.persist_elements = 100;
+       }},
+      {"fwd_prefetch_bwd_post",
+       [](RunConfig& c) {
+         c.options.forward_prefetch = true;
+         c.options.backward_prefetch = BackwardPrefetch::kPost;
+       }},
+      {"bwd_none_no_limit",
+       [](RunConfig& c) {
+         c.options.backward_prefetch = BackwardPrefetch::kNone;
+         c.options.limit_all_gathers = false;
+       }},
+      {"untied_bf16",
+       [](RunConfig& c) {
+         c.model.tied_head = false;
+         c.options.precision = Precision::kBf16Mixed;
+       }},
+  };
+}
+
+// Shapes: tiny (28,032 params) and one whose tensor sizes are mostly odd (C = 21, V = 37,
+// T = 9), so worlds of 2..4 pad the shards, buckets and units.
+std::vector<std::string> shapes() { return {"tiny", "3,21,3,9,37"}; }
+
+struct Case {
+  std::string shape, strategy;
+  Knobs knobs;
+  bool overlap;
+};
+
+std::string case_name(const Case& c) {
+  std::string s = c.shape == "tiny" ? "tiny" : "odd";
+  return s + "_" + c.strategy + "_" + c.knobs.name + (c.overlap ? "_overlap" : "_serial");
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (const std::string& shape : shapes())
+    for (const std::string& s : strategy_names())
+      for (const Knobs& k : knob_cases())
+        for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
+  return v;
+}
+
+class DryRun : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DryRun, PredictEqualsTheRun) {
+  const Case& c = GetParam();
+  const Topology& topo = run_env().topo;
+  RunConfig cfg = tiny_config(Precision::kFp32, 1);
+  cfg.model = parse_model(c.shape);
+  cfg.batch_per_rank = 1;
+  cfg.warmup = 1;
+  c.knobs.set(cfg);
+  cfg.options.overlap = c.overlap;
+  const StrategyRun r = run(c.strategy, cfg, false);
+  ASSERT_EQ(r.status, "ok") << r.error;
+
+  const Prediction p =
+      predict(predict_config_for(cfg, topo), c.strategy, load_cluster("cpu-local"), &topo);
+
+  EXPECT_EQ(r.sent_intra_all, p.traffic.sent_intra) << "intra-node bytes per step, all ranks";
+  EXPECT_EQ(r.sent_inter_all, p.traffic.sent_inter) << "inter-node bytes per step, all ranks";
+  EXPECT_EQ(r.sent_max_rank, p.traffic.max_rank_sent);
+  EXPECT_EQ(r.step_entries.size(), p.traffic.collectives) << "collectives per step";
+  uint64_t counts[kNumCollKinds][3] = {};  // per kind and group, as the prediction's by_kind
+  for (const LedgerEntry& e : r.step_entries) ++counts[int(e.kind)][int(e.group)];
+  for (int k = 0; k < kNumCollKinds; ++k)
+    for (int g = 0; g < 3; ++g)
+      EXPECT_EQ(counts[k][g], p.traffic.by_kind[k][g].count)
+          << coll_name(CollKind(k)) << " over " << group_name(GroupKind(g));
+  EXPECT_EQ(r.payload_bytes, p.traffic.payload_bytes);
+  EXPECT_EQ(r.padded_params, p.padded_params);
+  EXPECT_EQ(r.model_state_params, p.state_params);
+  EXPECT_EQ(r.model_state_grads, p.state_grads);
+  EXPECT_EQ(r.model_state_optimizer, p.state_optimizer);
+  if (c.overlap) return;  // asynchronous frees follow the wall clock: the peak is a model then
+  EXPECT_EQ(r.peak_bytes, p.peak);
+  for (int k = 0; k < kNumMemCategories; ++k)
+    EXPECT_EQ(r.breakdown_at_peak[k], p.at_peak[k]) << category_name(MemCategory(k));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStrategiesAndKnobs, DryRun, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+}  // namespace
+}  // namespace sb::testing

@@ -1,0 +1,74 @@
+// The predictor's own pieces, linked without MPI (sb_predict): the one ring schedule's steps
+// against its closed form, the simulated device holding no memory for a model far larger than
+// this machine, and the simulated clocks' overlap (off: every collective exposed; on: some of
+// it hidden behind compute, never more than all of it).
+#include <gtest/gtest.h>
+
+#include "harness/predict/predict.h"
+
+namespace sb {
+namespace {
+
+TEST(RingSchedule, StepsSumToTheClosedFormAndReceiveWhatThePredecessorSends) {
+  for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather})
+    for (int n = 1; n <= 7; ++n)
+      for (size_t count : {size_t(0), size_t(1), size_t(5), size_t(n) * 3, size_t(1000003)}) {
+        if (k == CollKind::kReduceScatter && count % size_t(n) != 0) continue;
+        for (int i = 0; i < n; ++i) {
+          const RingSchedule ring(k, count, n, i);
+          uint64_t sent = 0;
+          for (int s = 0; s < ring.steps(); ++s) {
+            sent += ring.send_chunk(s).len;
+            // the chunk this position receives is the one its predecessor sends at this step
+            const RingSchedule pred(k, count, n, ring.prev());
+            EXPECT_EQ(pred.send_chunk(s).begin, ring.recv_chunk(s).begin);
+            EXPECT_EQ(pred.send_chunk(s).len, ring.recv_chunk(s).len);
+          }
+          EXPECT_EQ(sent, ring.sent_elements()) << coll_name(k) << " n=" << n << " i=" << i;
+          EXPECT_EQ(ring.steps(), n <= 1 ? 0 : (k == CollKind::kAllReduce ? 2 : 1) * (n - 1));
+        }
+      }
+}
+
+// `model` in bf16-mixed at `world` ranks, 8 per node.
+PredictConfig bf16_config(const char* model, int world) {
+  PredictConfig cfg;
+  cfg.model = model_shape(parse_predict_model(model));
+  cfg.world = world;
+  cfg.ranks_per_node = 8;
+  cfg.options.precision = Precision::kBf16Mixed;
+  return cfg;
+}
+
+TEST(SimDevice, Gpt3_175bAtWorld1024HoldsNoHostMemory) {
+  const PredictConfig cfg = bf16_config("gpt3-175b", 1024);
+  const uint64_t before = MemoryTracker::rss_hwm_bytes();
+  for (const std::string& s : strategy_names()) {
+    const Prediction p = predict(cfg, s, load_cluster("dgx-h100"));
+    EXPECT_GT(p.peak, uint64_t(100) << 30) << s << ": activations alone are ~310 GiB";
+    EXPECT_GT(p.traffic.collectives, 0u) << s;
+  }
+  const uint64_t after = MemoryTracker::rss_hwm_bytes();
+  ASSERT_GT(before, 0u) << "VmHWM unreadable";
+  EXPECT_LT(after - before, uint64_t(256) << 20) << "the dry run allocated host memory";
+}
+
+TEST(SimClock, OverlapOffExposesEveryCollectiveOnHidesSome) {
+  PredictConfig cfg = bf16_config("gpt2-1.5b", 64);
+  const Cluster cl = load_cluster("dgx-a100-80g");
+  for (const std::string& s : {std::string("ddp"), std::string("fsdp_full_shard")}) {
+    cfg.options.overlap = false;
+    const Prediction off = predict(cfg, s, cl);
+    // (the exposed time is tallied in whole nanoseconds per wait)
+    EXPECT_NEAR(off.exposed_s, off.comm_s, 1e-6 * off.comm_s) << s;
+    EXPECT_NEAR(off.step_s, off.compute_s + off.comm_s, 1e-9 * off.step_s) << s;
+    cfg.options.overlap = true;
+    const Prediction on = predict(cfg, s, cl);
+    EXPECT_LT(on.exposed_s, on.comm_s) << s << ": backward hides some communication";
+    EXPECT_LT(on.step_s, off.step_s) << s;
+    EXPECT_GE(on.step_s, std::max(on.compute_s, on.comm_s) * (1 - 1e-9)) << s;
+  }
+}
+
+}  // namespace
+}  // namespace sb
