@@ -150,6 +150,9 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
       strategy->optimizer_step(step + 1);
       comm.synchronize();
       device.synchronize();
+      if (cfg.inject_slowdown > 0)  // hidden test flag: a real f x slower step
+        std::this_thread::sleep_for(std::chrono::duration<double>(cfg.inject_slowdown *
+                                                                  seconds_since(t0)));
       const double local_time = seconds_since(t0);
       const double local_exposed = comm.blocked_seconds();
       throw_if_any_rank_over_limit(mpi, memory);

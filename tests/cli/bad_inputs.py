@@ -41,6 +41,8 @@ CASES = [
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
+    (["export", "--format", "github-action-benchmark", "x.json"], "--tool is required"),
+    (["export", "--format", "bencher", "--tool", "bigger", "x.json"], "--tool"),
 ]
 
 
