@@ -22,8 +22,9 @@ The rule (per strategy present in the baseline):
                        seen as throughput. Improvements: the mirror image, never failing.
                        "noisy": slower by more than the threshold, but the intervals overlap —
                        the samples are too spread to tell (more --steps); reported, not failing.
-                       Repeats: --baseline-repeat/--new-repeat FILE pool the samples of more
-                       runs of the same configuration (run them interleaved: A B A B ...).
+                       Repeats: --baseline-repeat/--new-repeat FILE add runs of the same
+                       configuration; per strategy each side keeps its least disturbed run
+                       (lowest median: other load only slows a run down). Interleave them.
   exposed_s            reported, not gated: one number per file without samples, and the most
                        timing-sensitive figure (which collective waits depends on scheduling).
   payload_bytes        deterministic: compared exactly; any increase is a regression.
@@ -222,26 +223,23 @@ def compare_strategy(name, b, n, args, overlap=True):
     return rows
 
 
-def pool_repeats(doc, repeats):
-    """Pools the per-step samples of repeated runs of one configuration into `doc` (strategy
-    by strategy), so the interval of the median covers run-to-run noise too. Interleaving the
-    repeats of two configurations (A B A B ...) exposes both to the same machine load."""
+def least_disturbed(doc, repeats):
+    """Of several runs of one configuration (`doc` and `repeats`), keeps per strategy the run
+    with the lowest median step in `doc`: other load on the machine only ever slows a run
+    down, so that run is the least disturbed one, and its per-step samples give the interval.
+    Interleave the repeats of the two sides (A B A B ...) so both meet the same load."""
     for other in repeats:
         hard, _ = config_differences(doc, other)
         if hard:
             raise sbv.BadInput("a --*-repeat file is another experiment: " + hard[0])
         others = by_name(other)
-        for name, r in by_name(doc).items():
-            o = others.get(name)
+        for i, r in enumerate(doc.get("results") or []):
+            o = others.get(r.get("strategy"))
             if r.get("status") != "ok" or not o or o.get("status") != "ok":
                 continue
-            pooled = step_samples(r) + step_samples(o)
-            median = statistics.median(pooled)
-            tokens_per_s = get(r, "throughput.tokens_per_s")
-            if tokens_per_s is not None and median > 0:  # tokens per step / pooled median
-                r["throughput"]["tokens_per_s"] = tokens_per_s * r["step_time_s"]["median"] / median
-            r["step_time_s"]["samples"] = pooled
-            r["step_time_s"]["median"] = median
+            if get(o, "step_time_s.median") is not None and get(r, "step_time_s.median") is not None \
+                    and o["step_time_s"]["median"] < r["step_time_s"]["median"]:
+                doc["results"][i] = o
 
 
 def model_with_context(model):
@@ -317,10 +315,10 @@ def main(argv):
     ap.add_argument("--peak-mem-pct", type=float, default=5.0,
                     help="allowed peak-memory increase with --overlap on, %% (default 5)")
     ap.add_argument("--baseline-repeat", action="append", metavar="FILE",
-                    help="another run of the baseline's configuration: its per-step samples "
-                         "are pooled with the baseline's (repeatable)")
+                    help="another run of the baseline's configuration; per strategy the run "
+                         "with the lowest median is compared (repeatable)")
     ap.add_argument("--new-repeat", action="append", metavar="FILE",
-                    help="another run of NEW's configuration, pooled likewise (repeatable)")
+                    help="another run of NEW's configuration, likewise (repeatable)")
     ap.add_argument("--json", metavar="OUT",
                     help="also write the rows and the verdict as JSON to OUT")
     ap.add_argument("--min-time-s", type=float, default=1e-5,
@@ -335,8 +333,8 @@ def main(argv):
             return 2
     try:
         base, new = load(args.baseline), load(args.new)
-        pool_repeats(base, [load(f) for f in args.baseline_repeat or []])
-        pool_repeats(new, [load(f) for f in args.new_repeat or []])
+        least_disturbed(base, [load(f) for f in args.baseline_repeat or []])
+        least_disturbed(new, [load(f) for f in args.new_repeat or []])
     except sbv.BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

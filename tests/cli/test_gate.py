@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Real runs against the nightly gate and the MFU denominator: identical runs never regress
 # under plots/compare.py, a run slowed by 20 % (hidden flag --inject-slowdown, every step
-# sleeps 0.2 x its own time) is always caught — each side three interleaved runs, pooled; the launcher's sgemm calibration agrees with
+# sleeps 0.2 x its own time) is always caught — three interleaved runs per side, of which
+# compare.py keeps each side's least disturbed; the launcher's sgemm calibration agrees with
 # one measured inside a rank, and --resume keeps a file's value. Usage: test_gate.py BUILD_DIR
 import importlib.util
 import json
@@ -18,11 +19,12 @@ BUILD = Path(sys.argv.pop(1)).resolve() if len(sys.argv) > 1 else ROOT / "build"
 SB = str(BUILD / "shardbench")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
-# Big enough that a step (~10 ms) is well above the scheduler's jitter, small enough that a
-# run takes about a second: 2 layers, width 128, 4 heads, context 64, vocabulary 512. ddp and
-# zero2 (bucketed collectives): a step is mostly compute, so a loaded machine's scheduling
-# does not swamp it as it does zero3's hundred small all-gathers at 2 ranks on 2 cores.
-MODEL = "2,128,4,64,512"
+# One rank, ~1 ms steps (2 layers, width 64, 4 heads, context 32, vocabulary 512), 30 of
+# them: other processes on a 2-core machine preempt whole time slices, which doubles a 5 ms
+# step (measured: bimodal 4.8 / 9.3 ms, interval of the median ±36 %) but leaves most 1 ms
+# steps whole (interval ±2-4 % under the same load). Two ranks would have to be scheduled
+# together for every collective, which spread their steps over 4.5-40 ms.
+MODEL = "2,64,4,32,512"
 _spec = importlib.util.spec_from_file_location("compare", ROOT / "plots" / "compare.py")
 COMPARE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(COMPARE)
@@ -32,6 +34,10 @@ TRIALS = 2   # comparisons per test
 # builds sharing 2 cores) no gate can tell the slowdown from the load, and the trial skips,
 # saying so, rather than pass or fail by chance.
 RESOLVABLE = 0.05
+# Two processes of the same 1 ms configuration can differ by a steady ~12 % (measured: zero2
+# 0.987 vs 1.102 ms medians, both intervals tight: placement, not noise), so the test's bar is
+# 15 %, between that and the injected 20 % (which sleep's overshoot makes ~25 %).
+THRESHOLD = "15"
 REPEATS = 3  # interleaved runs per side of one comparison
 # The launcher's and a rank's calibration are two measurements of the same core; each is a
 # median of 7 blocks of 60 ms. On a quiet machine they agree within a few per cent; the bound
@@ -41,9 +47,9 @@ PEAK_AGREEMENT = 0.25
 
 
 def run(out, *extra, launcher=True):
-    args = ["run", "--model", MODEL, "--strategies", "ddp,zero2", "--steps", "10", "--warmup",
+    args = ["run", "--model", MODEL, "--strategies", "ddp,zero2", "--steps", "30", "--warmup",
             "2", "--batch", "2", "--out", str(out), "--quiet", *extra]
-    cmd = [SB, *args, "--np", "2"] if launcher else \
+    cmd = [SB, *args, "--np", "1"] if launcher else \
         ["mpirun", "-np", "1", "--oversubscribe", "--bind-to", "none", SB, *args]
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -51,10 +57,10 @@ def run(out, *extra, launcher=True):
 
 
 def compare(base, new):
-    """compare.py on two lists of repeated runs (the first of each is the file, the others are
-    pooled with it): exit status, verdict per (strategy, metric), printed table."""
+    """compare.py on two lists of repeated runs (the first of each is the file, the others its
+    --*-repeat files): exit status, verdict per (strategy, metric), printed table."""
     report = Path(tempfile.mkdtemp(prefix="sbgate")) / "report.json"
-    args = [str(base[0]), str(new[0]), "--json", str(report)]
+    args = [str(base[0]), str(new[0]), "--json", str(report), "--threshold-pct", THRESHOLD]
     args += [a for f in base[1:] for a in ("--baseline-repeat", str(f))]
     args += [a for f in new[1:] for a in ("--new-repeat", str(f))]
     p = subprocess.run(["/usr/bin/python3", str(ROOT / "plots" / "compare.py"), *args],
@@ -65,9 +71,11 @@ def compare(base, new):
 
 
 def halfwidth(files, strategy):
-    """Half the width of the 95 % interval of the pooled median, relative to it."""
-    samples = [x for f in files for r in json.loads(Path(f).read_text())["results"]
-               if r["strategy"] == strategy for x in r["step_time_s"]["samples"]]
+    """Half the width of the 95 % interval of the median of the least disturbed run (the one
+    compare.py keeps), relative to that median."""
+    runs = [r["step_time_s"]["samples"] for f in files
+            for r in json.loads(Path(f).read_text())["results"] if r["strategy"] == strategy]
+    samples = min(runs, key=statistics.median)
     lo, hi = COMPARE.median_ci95(samples)
     return (hi - lo) / 2 / statistics.median(samples)
 
@@ -134,8 +142,8 @@ class PeakCalibrationTest(unittest.TestCase):
         self.assertEqual(resumed["config"]["mfu_peak"]["per_device_flops"], 12.5e9)
         self.assertEqual({r["throughput"]["peak_flops_source"] for r in resumed["results"]},
                          {launcher["source"]})
-        zero3 = resumed["results"][1]
-        self.assertEqual(zero3["throughput"]["peak_flops"], 12.5e9 * 2)  # 2 ranks on 2 cores
+        rerun = resumed["results"][1]  # zero2, measured again under the file's denominator
+        self.assertEqual(rerun["throughput"]["peak_flops"], 12.5e9)  # 1 rank: 1 core
 
 
 if __name__ == "__main__":
