@@ -34,6 +34,8 @@ comparison's rows (compare.py --json).
 
 Resume: a cell whose file already has every requested strategy ok is kept as it is; any other
 existing file is resumed (`shardbench run --resume` keeps its ok strategies). --fresh reruns.
+Flags after `--` go to every cell's run but are not part of the id: use another --out (or
+--fresh) when changing them.
 
 Exit status: 0 every cell ran and nothing regressed; 1 a regression against a baseline;
 2 bad input, a cell that failed (its others still run), or a comparison that failed.

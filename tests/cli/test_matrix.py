@@ -114,6 +114,18 @@ class MatrixFileTest(unittest.TestCase):
         self.assertNotIn({"np": "4", "precision": "bf16-mixed"},
                          [{k: c["flags"][k] for k in ("np", "precision")} for c in listed])
 
+    def test_a_failed_cell_is_recorded_and_the_others_still_run(self):
+        m = self.write('[run]\nmodel = "tiny"\nnp = 1\nstrategies = "ddp"\nsteps = 1\n'
+                       'warmup = 0\n[axes]\nprecision = ["fp16", "fp32"]\n')
+        out = m.parent / "out"
+        p = matrix(m, "--out", out)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("--precision fp16: allowed fp32|bf16-mixed", p.stderr)
+        cells_ = json.loads((out / "index.json").read_text())["cells"]
+        self.assertEqual([(c["flags"]["precision"], c["state"]) for c in cells_],
+                         [("fp16", "failed"), ("fp32", "ran")])
+        self.assertEqual(cells_[1]["strategies"], {"ddp": "ok"})
+
     def test_bad_matrix_files_exit_2_with_one_line(self):
         for text, needle in (('[axes]\nmodel = "tiny"\n', "axes.model"),
                              ('[run]\nmodel = "tiny"\n', "no np"),
