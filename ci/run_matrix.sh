@@ -2,7 +2,8 @@
 # The main job: installs dependencies, builds, runs the default configuration (model `small`,
 # all 8 strategies, 4 MPI ranks as 2 virtual nodes x 2) on this CPU machine, writes
 # results/runs/latest.json (git-ignored: a checkout stays clean) and renders the plots into
-# plots/out/. Extra arguments go to `shardbench run` (e.g. --steps 5). The nightly matrix of
+# plots/out/. Extra arguments go to `shardbench run` (flags it does not set already, e.g.
+# --bucket-mb 10; a repeated flag is refused). The nightly matrix of
 # several models and world shapes is ci/nightly.sh (ci/matrix.py ci/matrix/nightly.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
