@@ -21,12 +21,20 @@ int main(int argc, char** argv) {
   sb::RunArgs run_args;
   CLI::App* run = app.add_subcommand("run", "Run strategies on this MPI job (or launch one with --np)");
   sb::add_run_options(run, run_args);
-  std::string format, file, out;
-  CLI::App* exp = app.add_subcommand("export", "Convert a results file for a benchmark dashboard");
-  exp->add_option("--format", format, "bencher | github-action-benchmark")->required()
-      ->check(CLI::IsMember({"bencher", "github-action-benchmark"}));
-  exp->add_option("file", file, "results JSON")->required();
-  exp->add_option("--out", out, "output file (default: stdout)");
+  sb::ExportArgs export_args;
+  CLI::App* exp = app.add_subcommand("export", "Convert results files for a benchmark dashboard");
+  exp->add_option("--format", export_args.format,
+                  "bencher (BMF, with bounds) | github-action-benchmark (one tool's array, "
+                  "--tool) | gbench (Google Benchmark JSON)")
+      ->required()
+      ->check(CLI::IsMember({"bencher", "github-action-benchmark", "gbench"}));
+  exp->add_option("--tool", export_args.tool,
+                  "github-action-benchmark: bigger (customBiggerIsBetter) | smaller "
+                  "(customSmallerIsBetter)")
+      ->check(CLI::IsMember({"bigger", "smaller"}));
+  exp->add_option("files", export_args.files, "results JSON files or a matrix index.json")
+      ->required();
+  exp->add_option("--out", export_args.out, "output file (default: stdout)");
   sb::add_predict_command(app);
   try {
     app.parse(argc, argv);
@@ -47,7 +55,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*run) return sb::run_command(run_args, argc, argv);
-    if (*exp) return sb::export_command(format, file, out);
+    if (*exp) return sb::export_command(export_args);
     if (app.got_subcommand("predict")) return sb::predict_command();
   } catch (const sb::UsageError& e) {
     std::fprintf(stderr, "shardbench: %s\n", e.what());

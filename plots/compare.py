@@ -4,27 +4,37 @@
 # and does not re-check the schema's details beyond refusing files it cannot read.
 """Compare a baseline and a new shardbench results file; exit 1 on a regression.
 
-usage: python3 plots/compare.py BASELINE.json NEW.json [--threshold-pct 5] [--k 3]
-                                [--bytes-pct 0.5] [--min-time-s 1e-4] [--allow-config-diff]
+usage: python3 plots/compare.py BASELINE.json NEW.json [--threshold-pct 10] [--min-time-s 1e-5]
+                                [--peak-mem-pct 5] [--baseline-repeat F ...] [--new-repeat F ...]
+                                [--json OUT] [--allow-config-diff]
 
 Prints one row per strategy and metric: baseline, new, change, the allowed change, verdict.
 
 The rule (per strategy present in the baseline):
   status               ok -> oom/error, or a strategy missing from NEW, is a regression.
-  step_time_median_s   timed, lower is better. Noise of one file's step-time samples:
-                       s = 1.4826 * MAD(samples) (p95 - median if fewer than 3 samples);
-                       the two files combine as S = sqrt(s_base^2 + s_new^2). Regression when
-                       new > base + max(threshold% * base, k * S, min-time-s).
-  tokens_per_s         timed, higher is better; the step-time limit seen as throughput:
-                       regression when new < base / (1 + f), f = max(threshold%,
-                       k * S / base_step, min-time-s / base_step).
-  exposed_s            timed, lower is better, no samples of its own, so the step-time noise
-                       S bounds it: regression when new > base + max(threshold% * base,
-                       k * S, min-time-s).
-  peak_bytes_per_rank  deterministic, lower is better: regression on any increase beyond
-  sent_bytes_intra     bytes-pct (default 0.5 %) of the baseline (from 0: any increase).
-  sent_bytes_inter
-Changes the other way beyond the same limits are reported as "improved" and never fail.
+  step_time_median_s   timed, lower is better; gated on noise, not on one number. Each file's
+  tokens_per_s         per-step samples give a nonparametric 95 % confidence interval of the
+                       median (order statistics: [x_(l), x_(n-l+1)] with l the largest rank
+                       where P(Binomial(n, 1/2) <= l-1) <= 2.5 %; [min, max] below 6 samples).
+                       A regression needs BOTH: the intervals separate (new's lower bound above
+                       the baseline's upper bound) AND the medians differ by more than
+                       max(threshold-pct (default 10 %), min-time-s). tokens/s is the same test
+                       seen as throughput. Improvements: the mirror image, never failing.
+                       "noisy": slower by more than the threshold, but the intervals overlap —
+                       the samples are too spread to tell (more --steps); reported, not failing.
+                       Repeats: --baseline-repeat/--new-repeat FILE add runs of the same
+                       configuration; per strategy each side keeps its least disturbed run
+                       (lowest median: other load only slows a run down). Interleave them.
+  exposed_s            reported, not gated: one number per file without samples, and the most
+                       timing-sensitive figure (which collective waits depends on scheduling).
+  payload_bytes        deterministic: compared exactly; any increase is a regression.
+  sent_bytes_intra     (--collectives ring counts them; mpi/NCCL model them — still a pure
+  sent_bytes_inter     function of the configuration.)
+  model_state_*_bytes  deterministic (params, grads, optimizer per rank): exact.
+  peak_bytes_per_rank  counted, but with --overlap on it depends on when asynchronous
+                       collectives finish (their buffers are freed then): allowed +peak-mem-pct
+                       (default 5 %, about 1.7x the largest spread observed between identical
+                       runs of the nightly matrix; README "Nightly"). Exact with --overlap off.
 
 Both files must describe the same experiment (backend, model, world, ranks per node,
 batch, precision, wrap, ...); otherwise exit 2 unless --allow-config-diff.
@@ -32,6 +42,7 @@ Exit status: 0 no regression, 1 regression, 2 bad input (unreadable, foreign, sc
 or incomparable files).
 """
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -65,16 +76,29 @@ def get(obj, dotted):
     return obj
 
 
-def spread(result):
-    """Noise of one file's step time, seconds: 1.4826 * MAD of the samples (a robust sigma: one
-    slow step does not widen it), or p95 - median when there are fewer than 3 samples."""
+def step_samples(result):
+    """Per-step times of one result (max over ranks per step); [median] for files without."""
     st = result.get("step_time_s") if isinstance(result.get("step_time_s"), dict) else {}
-    samples = [s for s in st.get("samples") or [] if get({"v": s}, "v") is not None]
-    if len(samples) >= 3:
-        med = statistics.median(samples)
-        return 1.4826 * statistics.median(abs(s - med) for s in samples)
-    p95, med = get(st, "p95"), get(st, "median")
-    return max(0.0, p95 - med) if p95 is not None and med is not None else 0.0
+    samples = [v for v in st.get("samples") or [] if get({"v": v}, "v") is not None]
+    if not samples and get(st, "median") is not None:
+        samples = [st["median"]]
+    return samples
+
+
+def median_ci95(samples):
+    """Nonparametric 95 % CI of the median: order statistics x_(l), x_(n-l+1) where l is the
+    largest rank with P(Binomial(n, 1/2) <= l - 1) <= 2.5 % (so coverage >= 95 %); [min, max]
+    when n is too small for that (n <= 5). bench/cli/results_reader.cc does the same for the
+    exporters' bounds."""
+    x = sorted(samples)
+    n = len(x)
+    cdf, l = 0.0, 0
+    for k in range(n):
+        cdf += math.comb(n, k) / 2.0 ** n
+        if cdf > 0.025:
+            break
+        l = k + 1
+    return (x[0], x[-1]) if l < 1 else (x[l - 1], x[n - l])
 
 
 # --- formatting --------------------------------------------------------------------------------
@@ -129,7 +153,39 @@ def rel(base, new):
     return (new - base) / abs(base) * 100.0
 
 
-def compare_strategy(name, b, n, args):
+TIMED_INFO = (("exposed_s", "comm.exposed_s"),)
+EXACT_BYTES = (("payload_bytes", "comm.per_step.payload_bytes"),
+               ("sent_bytes_intra", "comm.per_step.sent_bytes_intra"),
+               ("sent_bytes_inter", "comm.per_step.sent_bytes_inter"),
+               ("model_state_params_bytes", "memory.model_state_bytes_per_rank.params"),
+               ("model_state_grads_bytes", "memory.model_state_bytes_per_rank.grads"),
+               ("model_state_optimizer_bytes", "memory.model_state_bytes_per_rank.optimizer"))
+
+
+def step_time_rows(name, b, n, args):
+    """Step time and tokens/s: a regression when the medians' 95 % CIs separate and the change
+    passes the threshold (see the module doc)."""
+    bs, ns = step_samples(b), step_samples(n)
+    if not bs or not ns:
+        return [Row(name, "step_time_median_s", "-", "-", "-", "-", "no data")]
+    bm, nm = statistics.median(bs), statistics.median(ns)
+    (blo, bhi), (nlo, nhi) = median_ci95(bs), median_ci95(ns)
+    big = abs(nm - bm) > max(args.threshold_pct / 100.0 * bm, args.min_time_s)
+    separate = nlo > bhi or nhi < blo
+    verdict = ("REGRESSED" if separate and nm > bm and big else
+               "improved" if separate and nm < bm and big else
+               "noisy" if big and nm > bm else "ok")
+    ci = f"CIs [{fmt_s(blo)}, {fmt_s(bhi)}] / [{fmt_s(nlo)}, {fmt_s(nhi)}]"
+    rows = [Row(name, "step_time_median_s", fmt_s(bm), fmt_s(nm), fmt_pct(rel(bm, nm)),
+                f"> {args.threshold_pct:g}% + {ci}", verdict)]
+    bt, nt = get(b, "throughput.tokens_per_s"), get(n, "throughput.tokens_per_s")
+    if bt is not None and nt is not None:
+        rows.insert(0, Row(name, "tokens_per_s", fmt_rate(bt), fmt_rate(nt), fmt_pct(rel(bt, nt)),
+                           "as step time", verdict))
+    return rows
+
+
+def compare_strategy(name, b, n, args, overlap=True):
     rows = []
     bs, ns = b.get("status"), (n or {}).get("status")
     if n is None:
@@ -144,51 +200,52 @@ def compare_strategy(name, b, n, args):
             verdict = "both failed"
         rows.append(Row(name, "status", str(bs), str(ns), "-", "-", verdict))
         return rows
-    thr = args.threshold_pct / 100.0
-    noise = math.hypot(spread(b), spread(n))
-
-    # timed, lower is better
-    for metric, key in (("step_time_median_s", "step_time_s.median"),
-                        ("exposed_s", "comm.exposed_s")):
+    rows += step_time_rows(name, b, n, args)
+    for metric, key in TIMED_INFO:
         bv, nv = get(b, key), get(n, key)
-        if bv is None or nv is None:
-            rows.append(Row(name, metric, fmt_s(bv), fmt_s(nv), "-", "-", "no data"))
-            continue
-        allowed = max(thr * bv, args.k * noise, args.min_time_s)
-        verdict = ("REGRESSED" if nv > bv + allowed else
-                   "improved" if nv < bv - allowed else "ok")
-        pct = f" ({allowed / bv * 100:.1f}%)" if bv > 0 else ""
-        rows.append(Row(name, metric, fmt_s(bv), fmt_s(nv), fmt_pct(rel(bv, nv)),
-                        f"+{fmt_s(allowed)}{pct}", verdict))
+        rows.append(Row(name, metric, fmt_s(bv), fmt_s(nv),
+                        fmt_pct(rel(bv, nv)) if None not in (bv, nv) else "-", "not gated", "info"))
 
-    # timed, higher is better: step-time noise carried over relative to the baseline step
-    bv, nv = get(b, "throughput.tokens_per_s"), get(n, "throughput.tokens_per_s")
-    if bv is None or nv is None:
-        rows.insert(0, Row(name, "tokens_per_s", fmt_rate(bv), fmt_rate(nv), "-", "-", "no data"))
-    else:
-        step = get(b, "step_time_s.median")
-        f = max(thr, args.k * noise / step, args.min_time_s / step) if step else thr
-        frac = 1.0 - 1.0 / (1.0 + f)  # the step-time limit, seen as a throughput drop
-        allowed = frac * bv
-        verdict = ("REGRESSED" if nv < bv - allowed else
-                   "improved" if nv > bv + allowed else "ok")
-        rows.insert(0, Row(name, "tokens_per_s", fmt_rate(bv), fmt_rate(nv),
-                           fmt_pct(rel(bv, nv)), f"-{frac * 100:.2f}%", verdict))
-
-    # deterministic, lower is better
-    for metric, key in (("peak_bytes_per_rank", "memory.peak_bytes_per_rank"),
-                        ("sent_bytes_intra", "comm.per_step.sent_bytes_intra"),
-                        ("sent_bytes_inter", "comm.per_step.sent_bytes_inter")):
+    # deterministic, lower is better: exact, and peak memory within its observed spread
+    peak_pct = args.peak_mem_pct if overlap else 0.0
+    limits = [(m, k, 0.0) for m, k in EXACT_BYTES]
+    limits.append(("peak_bytes_per_rank", "memory.peak_bytes_per_rank", peak_pct))
+    for metric, key, pct in limits:
         bv, nv = get(b, key), get(n, key)
         if bv is None or nv is None:
             rows.append(Row(name, metric, fmt_bytes(bv), fmt_bytes(nv), "-", "-", "no data"))
             continue
-        allowed = args.bytes_pct / 100.0 * bv
+        allowed = pct / 100.0 * bv
         verdict = ("REGRESSED" if nv > bv + allowed else
                    "improved" if nv < bv - allowed else "same" if nv == bv else "ok")
         rows.append(Row(name, metric, fmt_bytes(bv), fmt_bytes(nv), fmt_pct(rel(bv, nv)),
-                        f"+{args.bytes_pct:g}%", verdict))
+                        f"+{pct:g}%" if pct else "exact", verdict))
     return rows
+
+
+def least_disturbed(doc, repeats):
+    """Of several runs of one configuration (`doc` and `repeats`), keeps per strategy the run
+    with the lowest median step in `doc`: other load on the machine only ever slows a run
+    down, so that run is the least disturbed one, and its per-step samples give the interval.
+    Interleave the repeats of the two sides (A B A B ...) so both meet the same load."""
+    for other in repeats:
+        hard, _ = config_differences(doc, other)
+        if hard:
+            raise sbv.BadInput("a --*-repeat file is another experiment: " + hard[0])
+        others = by_name(other)
+        for i, r in enumerate(doc.get("results") or []):
+            o = others.get(r.get("strategy"))
+            if r.get("status") != "ok" or not o or o.get("status") != "ok":
+                continue
+            if get(o, "step_time_s.median") is not None and get(r, "step_time_s.median") is not None \
+                    and o["step_time_s"]["median"] < r["step_time_s"]["median"]:
+                doc["results"][i] = o
+
+
+def model_with_context(model):
+    if isinstance(model, dict) and "context" not in model and "seq_len" in model:
+        return dict(model, context=model["seq_len"])
+    return model
 
 
 def config_differences(base, new):
@@ -199,6 +256,8 @@ def config_differences(base, new):
     bc, nc = base.get("config") or {}, new.get("config") or {}
     for k in SAME_CONFIG:
         b, n = bc.get(k, CONFIG_DEFAULTS.get(k)), nc.get(k, CONFIG_DEFAULTS.get(k))
+        if k == "model":  # files before model.context had samples as long as the context
+            b, n = model_with_context(b), model_with_context(n)
         if b != n:
             hard.append(f"config.{k}: {b!r} -> {n!r}")
     for k in WARN_CONFIG:
@@ -251,24 +310,31 @@ def main(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("baseline", metavar="BASELINE.json")
     ap.add_argument("new", metavar="NEW.json")
-    ap.add_argument("--threshold-pct", type=float, default=5.0,
-                    help="smallest timed change that counts, %% of baseline (default 5)")
-    ap.add_argument("--k", type=float, default=3.0,
-                    help="noise multiplier on the combined step-time spread (default 3)")
-    ap.add_argument("--bytes-pct", type=float, default=0.5,
-                    help="allowed increase of deterministic metrics, %% (default 0.5)")
-    ap.add_argument("--min-time-s", type=float, default=1e-4,
-                    help="timed changes below this many seconds never count (default 1e-4)")
+    ap.add_argument("--threshold-pct", type=float, default=10.0,
+                    help="smallest median step-time change that counts, %% (default 10)")
+    ap.add_argument("--peak-mem-pct", type=float, default=5.0,
+                    help="allowed peak-memory increase with --overlap on, %% (default 5)")
+    ap.add_argument("--baseline-repeat", action="append", metavar="FILE",
+                    help="another run of the baseline's configuration; per strategy the run "
+                         "with the lowest median is compared (repeatable)")
+    ap.add_argument("--new-repeat", action="append", metavar="FILE",
+                    help="another run of NEW's configuration, likewise (repeatable)")
+    ap.add_argument("--json", metavar="OUT",
+                    help="also write the rows and the verdict as JSON to OUT")
+    ap.add_argument("--min-time-s", type=float, default=1e-5,
+                    help="timed changes below this many seconds never count (default 1e-5)")
     ap.add_argument("--allow-config-diff", action="store_true",
                     help="compare files whose experiment differs (warn instead of exit 2)")
     args = ap.parse_args(argv)
-    for v, flag in ((args.threshold_pct, "--threshold-pct"), (args.k, "--k"),
-                    (args.bytes_pct, "--bytes-pct"), (args.min_time_s, "--min-time-s")):
+    for v, flag in ((args.threshold_pct, "--threshold-pct"), (args.peak_mem_pct, "--peak-mem-pct"),
+                    (args.min_time_s, "--min-time-s")):
         if not math.isfinite(v) or v < 0:
             print(f"error: {flag} must be a non-negative number", file=sys.stderr)
             return 2
     try:
         base, new = load(args.baseline), load(args.new)
+        least_disturbed(base, [load(f) for f in args.baseline_repeat or []])
+        least_disturbed(new, [load(f) for f in args.new_repeat or []])
     except sbv.BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -285,9 +351,10 @@ def main(argv):
           f" {base.get('host')})")
     print(f"new:      {args.new} (commit {new.get('git_commit')}, {new.get('created_utc')},"
           f" {new.get('host')})")
-    print(f"rule: timed metrics need > max({args.threshold_pct:g}%, {args.k:g} x combined "
-          f"step-time spread, {fmt_s(args.min_time_s)}); bytes > {args.bytes_pct:g}%; "
-          "ok -> failed status\n")
+    overlap = (base.get("config") or {}).get("overlap", True) is not False
+    print(f"rule: step time needs separated 95 % CIs of the median and > "
+          f"max({args.threshold_pct:g}%, {fmt_s(args.min_time_s)}); bytes and model state "
+          f"exact; peak memory +{args.peak_mem_pct if overlap else 0:g}%; ok -> failed status\n")
 
     b_by, n_by = by_name(base), by_name(new)
     order = [s for s in STRATEGY_ORDER if s in b_by or s in n_by]
@@ -299,16 +366,25 @@ def main(argv):
             rows.append(Row(name, "status", "missing", str(n_by[name].get("status")), "-", "-",
                             "new"))
             continue
-        rows += compare_strategy(name, b_by[name], n_by.get(name), args)
+        rows += compare_strategy(name, b_by[name], n_by.get(name), args, overlap)
     print_table(rows)
 
     bad = [r for r in rows if r.regressed]
+    if args.json:
+        keys = ["strategy", "metric", "baseline", "new", "change", "allowed", "verdict"]
+        with open(args.json, "w") as f:
+            json.dump({"regressed": bool(bad), "rows": [dict(zip(keys, r.cells)) for r in rows]},
+                      f, indent=1)
     if bad:
         names = list(dict.fromkeys(r.cells[0] for r in bad))
         print(f"\nREGRESSION: {len(bad)} metric(s) in {len(names)} strategy(ies): "
               + ", ".join(f"{r.cells[0]}/{r.cells[1]}" for r in bad))
         return 1
     improved = sum(r.cells[6] == "improved" for r in rows)
+    noisy = [r.cells[0] for r in rows if r.cells[6] == "noisy" and r.cells[1] != "tokens_per_s"]
+    if noisy:
+        print(f"\nnote: slower beyond the threshold but within the noise (more --steps to "
+              f"decide): {', '.join(noisy)}")
     print(f"\nno regression ({len(rows)} rows compared, {improved} improved)")
     return 0
 

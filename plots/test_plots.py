@@ -9,6 +9,8 @@ import io
 import json
 import math
 import random
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -309,6 +311,15 @@ class PlotTest(Base):
         self.assertNotIn("Traceback", out)
 
 
+def ci_halfwidth(samples):
+    """Half the width of the median's 95 % interval, relative to the median."""
+    spec = importlib.util.spec_from_file_location("compare_ci", COMPARE)
+    cmp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cmp)
+    lo, hi = cmp.median_ci95(samples)
+    return (hi - lo) / 2 / statistics.median(samples)
+
+
 class CompareTest(Base):
     def test_identical_pair_passes(self):
         a = self.write("a.json", make_results(failed={"zero3": "oom"}))
@@ -365,6 +376,83 @@ class CompareTest(Base):
         self.assertEqual(rc, 2, out)
         self.assertIn("world_size", out)
 
+
+    def recorded(self):
+        """The committed baselines: real per-step samples of every nightly cell."""
+        files = sorted((ROOT / "results" / "baseline").glob("*-np*-*.json"))
+        self.assertGreaterEqual(len(files), 4)
+        return [json.loads(f.read_text()) for f in files]
+
+    def gate(self, base, new, name):
+        """compare.py's exit status and its step-time verdict per strategy."""
+        report = self.dir / "report.json"
+        rc, out = run(COMPARE, self.write("base.json", base), self.write(name, new),
+                      "--json", report)
+        self.assertIn(rc, (0, 1), out)
+        rows = json.loads(report.read_text())["rows"]
+        return rc, {r["strategy"]: r["verdict"] for r in rows
+                    if r["metric"] == "step_time_median_s"}, out
+
+    def test_recorded_noise_never_regresses_and_a_20_percent_slowdown_is_caught(self):
+        # On the real per-step samples of every committed cell: an "identical run" draws the
+        # step times again (bootstrap, with replacement), five times — never a regression. The
+        # same samples slowed by 20 % are never passed as ok: caught, or — where the recorded
+        # spread is too wide to resolve 20 % — flagged "noisy"; and always caught where the
+        # interval is tight (half-width < 4 % of the median).
+        rng = random.Random(14)
+        for doc in self.recorded():
+            slow = copy.deepcopy(doc)
+            for r in slow["results"]:
+                if r.get("step_time_s"):
+                    r["step_time_s"]["samples"] = [1.2 * x for x in r["step_time_s"]["samples"]]
+                    r["step_time_s"]["median"] *= 1.2
+            rc, verdicts, out = self.gate(doc, slow, "slow.json")
+            for r in doc["results"]:
+                v = verdicts[r["strategy"]]
+                self.assertIn(v, ("REGRESSED", "noisy"), (r["strategy"], out))
+                if ci_halfwidth(r["step_time_s"]["samples"]) < 0.04:
+                    self.assertEqual(v, "REGRESSED", (r["strategy"], out))
+            for trial in range(5):
+                same = copy.deepcopy(doc)
+                for r in same["results"]:
+                    st = r.get("step_time_s")
+                    if st:
+                        st["samples"] = [rng.choice(st["samples"]) for _ in st["samples"]]
+                        st["median"] = statistics.median(st["samples"])
+                rc, verdicts, out = self.gate(doc, same, "same.json")
+                self.assertEqual(rc, 0, out)
+                self.assertNotIn("REGRESSED", verdicts.values(), out)
+
+    def test_median_ci_is_the_order_statistic_interval(self):
+        spec = importlib.util.spec_from_file_location("compare", COMPARE)
+        cmp = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cmp)
+        self.assertEqual(cmp.median_ci95([5, 1, 4, 2, 3]), (1, 5))  # n=5: 93.75 % at most
+        self.assertEqual(cmp.median_ci95(list(range(1, 11))), (2, 9))  # 97.9 %
+        self.assertEqual(cmp.median_ci95(list(range(1, 21))), (6, 15))  # 95.9 %
+        # coverage of each interval by its definition: >= 95 %, and one rank narrower is not
+        for n in range(6, 60):
+            lo, _ = cmp.median_ci95(list(range(1, n + 1)))
+            tail = sum(math.comb(n, k) for k in range(lo)) / 2 ** n
+            self.assertLessEqual(tail, 0.025, n)
+            self.assertGreater(tail + math.comb(n, lo) / 2 ** n, 0.025, n)
+
+    def test_peak_memory_tolerance_and_exact_state(self):
+        base = make_results()
+        new = copy.deepcopy(base)
+        new["results"][0]["memory"]["peak_bytes_per_rank"] = int(
+            base["results"][0]["memory"]["peak_bytes_per_rank"] * 1.03)  # within the spread
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new))
+        self.assertEqual(rc, 0, out)
+        base["config"]["overlap"] = new["config"]["overlap"] = False  # then peak is exact
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new))
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"ddp\s+peak_bytes_per_rank.*exact\s+REGRESSED")
+        new = copy.deepcopy(make_results())
+        new["results"][1]["memory"]["model_state_bytes_per_rank"]["optimizer"] += 4
+        rc, out = run(COMPARE, self.write("a.json", make_results()), self.write("c.json", new))
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"zero1\s+model_state_optimizer_bytes.*REGRESSED")
 
     def test_matmul_precision_is_part_of_the_experiment(self):
         # Files from before the key computed every matmul in fp32: missing == "fp32".

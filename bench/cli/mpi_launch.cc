@@ -50,7 +50,8 @@ void sweep_stale_job_dirs(const fs::path& base) {
   }
 }
 
-std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv, double peak_gflops) {
+std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv,
+                                     const std::string& peak_calibration) {
   std::vector<std::string> args = {
       "mpirun", "-np", std::to_string(a.np),    "--oversubscribe", "--bind-to", "none", "--stdin",
       "none",   "-x",  "OPENBLAS_NUM_THREADS=1"};
@@ -68,9 +69,9 @@ std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv, do
     if (s.rfind("--np=", 0) == 0) continue;
     args.push_back(s);
   }
-  if (peak_gflops > 0) {  // calibrated once, alone, before the ranks compete for the cores
-    args.push_back("--peak-gflops");
-    args.push_back(fmt::format("{:.3f}", peak_gflops));
+  if (!peak_calibration.empty()) {  // calibrated once, alone, before the ranks compete for cores
+    args.push_back("--peak-calibration");
+    args.push_back(peak_calibration);
   }
   return args;
 }
@@ -89,7 +90,7 @@ std::vector<std::string> mpirun_args(const RunArgs& a, int argc, char** argv, do
 }
 }  // namespace
 
-int launch_mpirun(const RunArgs& a, int argc, char** argv, double peak_gflops) {
+int launch_mpirun(const RunArgs& a, int argc, char** argv, const std::string& peak_calibration) {
   if (geteuid() == 0) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -103,7 +104,7 @@ int launch_mpirun(const RunArgs& a, int argc, char** argv, double peak_gflops) {
     setenv("OMPI_MCA_orte_tmpdir_base", job_dir.c_str(), 1);
     setenv("OMPI_MCA_btl_vader_backing_directory", job_dir.c_str(), 1);
   }
-  const std::vector<std::string> args = mpirun_args(a, argc, argv, peak_gflops);
+  const std::vector<std::string> args = mpirun_args(a, argc, argv, peak_calibration);
   struct sigaction fwd = {}, old[3];
   fwd.sa_handler = forward_signal;
   sigemptyset(&fwd.sa_mask);

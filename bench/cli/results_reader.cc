@@ -2,6 +2,9 @@
 // adversarial input ends in ResultsError, never in an uncaught exception or a crash.
 #include "bench/cli/results_reader.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 namespace sb {
@@ -9,20 +12,122 @@ namespace sb {
 using nlohmann::json;
 
 namespace {
-double number_at(const json& j, std::initializer_list<const char*> path) {
+
+// The experiment's knobs as config.* keys with the value `shardbench run` uses when the flag
+// is not given (RunArgs in run_options.h). steps/warmup/seed are left out: they change how
+// long or on what data a run measures, not what is measured. seq_len and tied_head are
+// handled apart (their default depends on the model).
+const std::vector<std::pair<const char*, json>>& knob_defaults() {
+  static const std::vector<std::pair<const char*, json>> k = {
+      {"batch_per_rank", 4},       {"wrap", "block"},           {"bucket_mb", 25.0},
+      {"backward_prefetch", "pre"}, {"forward_prefetch", false}, {"limit_all_gathers", true},
+      {"overlap", true},           {"collectives", "ring"},     {"prefetch_elements", 50000000},
+      {"persist_elements", 0},     {"mem_limit_gb", 0.0},       {"lr", 1e-3},
+      {"device", "cpu"}};
+  return k;
+}
+
+const json* at_path(const json& j, std::initializer_list<const char*> path) {
   const json* at = &j;
-  std::string where;
   for (const char* key : path) {
-    where += std::string("/") + key;
-    if (!at->is_object() || !at->contains(key)) throw ResultsError("missing " + where);
+    if (!at->is_object() || !at->contains(key)) return nullptr;
     at = &(*at)[key];
   }
+  return at;
+}
+
+double number_at(const json& j, std::initializer_list<const char*> path) {
+  const json* at = at_path(j, path);
+  std::string where;
+  for (const char* key : path) where += std::string("/") + key;
+  if (!at) throw ResultsError("missing " + where);
   if (!at->is_number()) throw ResultsError(where + " is not a number");
   return at->get<double>();
 }
+
+std::string str_at(const json& j, std::initializer_list<const char*> path) {
+  const json* at = at_path(j, path);
+  return at && at->is_string() ? at->get<std::string>() : "?";
+}
+
+std::string scalar_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+bool same_value(const json& a, const json& b) {  // 25 == 25.0, 0.001f == 1e-3
+  if (a.is_number() && b.is_number())
+    return std::abs(a.get<double>() - b.get<double>()) <= 1e-6 * std::abs(b.get<double>());
+  return a == b;
+}
+
+// "<model>/w4n2/fp32[/bucket_mb=10,wrap=every-2]/": every knob off its default is named.
+std::string series_prefix(const json& c) {
+  std::string world = "?";
+  if (const json* w = at_path(c, {"world_size"}); w && w->is_number_integer())
+    world = std::to_string(w->get<long long>());
+  if (const json* n = at_path(c, {"num_nodes"}); n && n->is_number_integer())
+    world += "n" + std::to_string(n->get<long long>());
+  std::string knobs;
+  auto add = [&](const std::string& k, const json& v) {
+    knobs += (knobs.empty() ? "" : ",") + k + "=" + scalar_text(v);
+  };
+  for (const auto& [key, def] : knob_defaults())
+    if (const json* v = at_path(c, {key}); v && !v->is_null() && !same_value(*v, def))
+      add(key, *v);
+  const json* seq = at_path(c, {"seq_len"});
+  const json* ctx = at_path(c, {"model", "context"});
+  if (seq && ctx && *seq != *ctx) add("seq_len", *seq);
+  if (const json* tied = at_path(c, {"model", "tied_head"}); tied && *tied == false)
+    add("tied_head", false);
+  return str_at(c, {"model", "name"}) + "/w" + world + "/" + str_at(c, {"precision"}) + "/" +
+         (knobs.empty() ? "" : knobs + "/");
+}
+
+Metric exact(const char* name, const char* unit, double v, bool smaller) {
+  return {name, unit, v, smaller, v, v};
+}
+
+// The measurements of one ok result; timed metrics carry the median step's 95 % CI.
+std::vector<Metric> ok_metrics(const json& r) {
+  const double med = number_at(r, {"step_time_s", "median"});
+  std::vector<double> samples;
+  if (const json* s = at_path(r, {"step_time_s", "samples"}); s && s->is_array())
+    for (const json& x : *s)
+      if (x.is_number()) samples.push_back(x.get<double>());
+  auto [lo, hi] = samples.empty() ? std::pair{med, med} : median_ci95(samples);
+  const double tps = number_at(r, {"throughput", "tokens_per_s"});
+  const double mfu = number_at(r, {"throughput", "mfu"});
+  auto per_step = [&](double v, double step) { return step > 0 ? v * med / step : v; };
+  return {{"step_time_s", "s", med, true, lo, hi},
+          {"tokens_per_s", "tokens/s", tps, false, per_step(tps, hi), per_step(tps, lo)},
+          {"mfu", "ratio", mfu, false, per_step(mfu, hi), per_step(mfu, lo)},
+          exact("peak_bytes_per_rank", "bytes", number_at(r, {"memory", "peak_bytes_per_rank"}),
+                true),
+          exact("sent_bytes_intra", "bytes", number_at(r, {"comm", "per_step", "sent_bytes_intra"}),
+                true),
+          exact("sent_bytes_inter", "bytes", number_at(r, {"comm", "per_step", "sent_bytes_inter"}),
+                true),
+          exact("exposed_s", "s", number_at(r, {"comm", "exposed_s"}), true)};
+}
+
 }  // namespace
 
-std::vector<BenchmarkMetrics> read_result_metrics(std::string_view text) {
+std::pair<double, double> median_ci95(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const int n = int(v.size());
+  if (n == 0) return {0, 0};
+  // Largest l with P(Binomial(n, 1/2) <= l - 1) <= 2.5 %: [x_(l), x_(n-l+1)] covers >= 95 %.
+  double cdf = 0, term = std::pow(0.5, n);  // P(B = 0)
+  int l = 0;
+  for (int k = 0; k < n; ++k) {
+    cdf += term;
+    if (cdf > 0.025) break;
+    l = k + 1;
+    term *= double(n - k) / double(k + 1);
+  }
+  if (l < 1) return {v.front(), v.back()};
+  return {v[l - 1], v[n - l]};
+}
+
+ResultsSummary read_results(std::string_view text) {
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) throw ResultsError("not valid JSON");
   if (!doc.is_object() || !doc.contains("suite") || doc["suite"] != "shardbench" ||
@@ -32,37 +137,35 @@ std::vector<BenchmarkMetrics> read_result_metrics(std::string_view text) {
     throw ResultsError("a prediction (kind '" +
                        (doc["kind"].is_string() ? doc["kind"].get<std::string>() : "?") +
                        "'), not a run's results; export reads what `shardbench run --out` writes");
-  std::string prefix;
-  if (doc.contains("config") && doc["config"].is_object()) {
-    const json& c = doc["config"];
-    auto str = [](const json& o, const char* k) {
-      return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : "?";
-    };
-    const std::string model = c.contains("model") ? str(c["model"], "name") : "?";
-    const std::string world =
-        c.contains("world_size") && c["world_size"].is_number_integer()
-            ? std::to_string(c["world_size"].get<long long>()) : "?";
-    prefix = model + "/w" + world + "/" + str(c, "precision") + "/";
-  }
-  std::vector<BenchmarkMetrics> out;
+  ResultsSummary out{str_at(doc, {"created_utc"}), str_at(doc, {"host"}),
+                     str_at(doc, {"git_commit"}), str_at(doc, {"backend"}), {}};
+  const json* config = at_path(doc, {"config"});
+  const std::string prefix = config ? series_prefix(*config) : "?/";
+  const json* steps = config ? at_path(*config, {"steps"}) : nullptr;
   for (const json& r : doc["results"]) {
     if (!r.is_object()) throw ResultsError("a result entry is not an object");
-    if (!r.contains("status") || r["status"] != "ok") continue;
     if (!r.contains("strategy") || !r["strategy"].is_string())
       throw ResultsError("a result entry has no strategy name");
     const std::string name = r["strategy"].get<std::string>();
+    const std::string status = str_at(r, {"status"});
+    BenchmarkMetrics b{prefix + name, ResultStatus::kOk, "", 0, {}};
+    b.steps = steps && steps->is_number_integer() ? steps->get<int>() : 0;
+    if (status == "oom" || status == "error") {
+      b.status = status == "oom" ? ResultStatus::kOom : ResultStatus::kError;
+      b.error = str_at(r, {"error"});
+    } else if (status != "ok") {
+      throw ResultsError("strategy " + name + ": status is not ok|oom|error");
+    }
+    b.metrics.push_back(exact("status", "0 ok, 1 oom, 2 error", double(b.status), true));
     try {
-      out.push_back({prefix + name,
-                     {{"step_time_s", "s", number_at(r, {"step_time_s", "median"}), true},
-                      {"tokens_per_s", "tokens/s", number_at(r, {"throughput", "tokens_per_s"}), false},
-                      {"mfu", "ratio", number_at(r, {"throughput", "mfu"}), false},
-                      {"peak_bytes_per_rank", "bytes", number_at(r, {"memory", "peak_bytes_per_rank"}), true},
-                      {"sent_bytes_intra", "bytes", number_at(r, {"comm", "per_step", "sent_bytes_intra"}), true},
-                      {"sent_bytes_inter", "bytes", number_at(r, {"comm", "per_step", "sent_bytes_inter"}), true},
-                      {"exposed_s", "s", number_at(r, {"comm", "exposed_s"}), true}}});
+      if (b.status == ResultStatus::kOk)
+        for (Metric& m : ok_metrics(r)) b.metrics.push_back(std::move(m));
     } catch (const ResultsError& e) {
       throw ResultsError("strategy " + name + ": " + e.what());
+    } catch (const json::exception& e) {
+      throw ResultsError("strategy " + name + ": " + e.what());
     }
+    out.benchmarks.push_back(std::move(b));
   }
   return out;
 }

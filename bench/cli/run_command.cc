@@ -18,6 +18,7 @@ extern "C" char* openblas_get_config();    // OpenBLAS: build configuration stri
 extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 
 #include "bench/cli/output_path.h"
+#include "bench/cli/peak_calibration.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
@@ -40,19 +41,22 @@ bool inside_mpi_job() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
-// Single-core sgemm ceiling (GFLOP/s) on a square GEMM: the CPU's "peak" for MFU.
-double measure_sgemm_gflops() {
-  auto dev = make_cpu_device();
-  const int n = 768;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  double best = 0;
-  for (int i = 0; i < 8; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    dev->gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
-  }
-  return best;
+// World rank of this process from the launcher's environment, before MPI starts (-1: unknown;
+// a singleton without a launcher is rank 0).
+int world_rank_from_env() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return inside_mpi_job() ? -1 : 0;
+}
+
+// The CPU's MFU denominator as this rank first knows it: --peak-gflops, the launcher's
+// calibration, or measured here by world rank 0 alone, before MPI starts, so the other ranks
+// (waiting in MPI_Init) do not compete for its core. Shared by broadcast once MPI is up.
+PeakCalibration initial_cpu_peak(const RunArgs& a) {
+  if (a.peak_gflops > 0) return fixed_peak(a.peak_gflops, "--peak-gflops");
+  if (!a.peak_calibration.empty()) return PeakCalibration::from_flag(a.peak_calibration);
+  if (world_rank_from_env() == 0) return measure_sgemm_peak("rank 0");
+  return {};
 }
 
 // Rank 0 checks --out and takes its lock before the first strategy; every rank learns the
@@ -73,6 +77,14 @@ std::unique_ptr<OutputLock> claim_output(const std::string& path, MpiRuntime& mp
   return lock;
 }
 
+constexpr const char* kFilePeakKey = "";  // not a strategy name: the file's MFU denominator
+
+// The run's configuration minus its MFU denominator, which --resume takes from the file.
+nlohmann::json config_without_peak(nlohmann::json config) {
+  if (config.is_object()) config.erase("mfu_peak");
+  return config;
+}
+
 // --resume: the ok results already in `path` for this exact config (rank 0 reads; every rank
 // learns the decision through one broadcast, so all skip the same strategies).
 std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
@@ -89,13 +101,14 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
       if (doc.is_discarded() || !doc.is_object() || doc.value("suite", "") != "shardbench" ||
           !doc.contains("results") || !doc["results"].is_array()) {
         verdict = "error\n--resume: " + path + " is not a shardbench results file";
-      } else if (doc.value("config", nlohmann::json()) != config) {
+      } else if (config_without_peak(doc.value("config", nlohmann::json())) != config) {
         verdict = "error\n--resume: " + path +
                   " was written with a different configuration; use another --out";
       } else {
         for (const auto& r : doc["results"])
           if (r.is_object() && r.value("status", "") == "ok" && r.contains("strategy"))
             kept[r["strategy"].get<std::string>()] = r;
+        if (doc["config"].contains("mfu_peak")) kept[kFilePeakKey] = doc["config"]["mfu_peak"];
         verdict = "ok\n" + kept.dump();
       }
     }
@@ -138,14 +151,19 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   }
   if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv,
-                            a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
+                            a.peak_gflops > 0 || cfg.device != "cpu"
+                                ? 0
+                                : measure_sgemm_peak("the launcher").gflops);
   if (a.np > 0 && !inside_mpi_job()) {
+    const bool have_peak = a.peak_gflops > 0 || !a.peak_calibration.empty();
     return launch_mpirun(a, argc, argv,
-                         a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
+                         have_peak || cfg.device != "cpu"
+                             ? std::string()
+                             : measure_sgemm_peak("the launcher").to_flag());
   }
   Watchdog::set_timeout(a.timeout_s);
 
-  const double probe = a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops();
+  PeakCalibration peak = cfg.device == "cpu" ? initial_cpu_peak(a) : PeakCalibration{};
   MpiRuntime mpi(&argc, &argv);
   if (a.np > 0 && a.np != mpi.world_size())
     throw UsageError(fmt::format("--np {}: this MPI job has {} ranks; drop --np under mpirun",
@@ -184,13 +202,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
             : cuda_peak_flops(device->name(), bf16,
                               !bf16 && dynamic_cast<CudaDevice&>(*device).allow_tf32());
     env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
+    peak = fixed_peak(env.peak_flops_per_device / 1e9, env.peak_flops_source);
     env.devices = topo.world_size();
 #endif
   } else {
     device = make_cpu_device();
-    env.peak_flops_per_device =
-        1e9 * (a.peak_gflops > 0 ? a.peak_gflops : mpi.max_over_ranks(probe));
-    env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "measured single-core sgemm";
+    std::string shared = peak.to_flag();  // rank 0's figure for every rank: one per file
+    mpi.broadcast_string(shared, 0);
+    peak = PeakCalibration::from_flag(shared);
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     env.devices = std::min(topo.world_size(), cores * topo.num_nodes());
   }
@@ -215,8 +234,23 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                names.size(), cfg.warmup, cfg.steps);
   std::vector<StrategyRun> runs;
   std::vector<nlohmann::json> results;
-  const auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
-                            : std::map<std::string, nlohmann::json>{};
+  auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
+                      : std::map<std::string, nlohmann::json>{};
+  if (auto it = kept.find(kFilePeakKey); it != kept.end()) {  // one denominator per file
+    try {
+      peak = PeakCalibration::from_json(it->second);
+    } catch (const nlohmann::json::exception&) {
+      throw UsageError("--resume: " + a.out + ": config.mfu_peak is malformed");
+    }
+    kept.erase(it);
+  }
+  env.peak_flops_per_device = peak.gflops * 1e9;
+  env.peak_flops_source = peak.source;
+  auto document = [&] {
+    nlohmann::json doc = run_document(cfg, topo, env, results);
+    doc["config"]["mfu_peak"] = peak.to_json();
+    return doc;
+  };
   if (topo.num_nodes() == 1 && root && !a.quiet)
     for (const auto& n : names)
       if (n.find("hybrid") != std::string::npos) {
@@ -251,10 +285,10 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       result["residuals"] = prediction_residuals(result["prediction"], result);
     }
     results.push_back(std::move(result));
-    if (root) write_json_atomic(a.out, run_document(cfg, topo, env, results));
+    if (root) write_json_atomic(a.out, document());
     runs.push_back(std::move(run));
   }
-  if (root && !a.quiet) {
+  if (root) {  // --quiet drops the progress lines, never the table
     print_table(runs, tokens);
     fmt::print("results: {}\n", a.out);
   }

@@ -59,7 +59,7 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
       ->capture_default_str();
   app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
-  app->add_flag("--quiet", a.quiet, "No progress lines");
+  app->add_flag("--quiet", a.quiet, "No progress lines (the table is still printed)");
   app->add_option("--timeout-s", a.timeout_s,
                   "Watchdog: abort the job when a collective waits longer than this (s)")
       ->capture_default_str();
@@ -68,6 +68,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "netns: run on two network-namespace hosts of this machine, G ranks each "
                   "(root; ci/two_host.sh), and count the bytes on their link");
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
+  app->add_option("--inject-slowdown", a.inject_slowdown, "")->group("");  // hidden test flag
+  app->add_option("--peak-calibration", a.peak_calibration, "")->group("");  // launcher -> ranks
 }
 
 CLI::Validator whole_number(uint64_t min, uint64_t max) {
@@ -187,6 +189,9 @@ RunConfig to_run_config(const RunArgs& a) {
   c.device = a.device;
   // Below a second a busy, oversubscribed machine trips the watchdog on an ordinary wait.
   require(a.timeout_s >= 1 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "1..1000000");
+  require(a.inject_slowdown >= 0 && a.inject_slowdown <= 10, "--inject-slowdown",
+          a.inject_slowdown, "0..10");
+  c.inject_slowdown = a.inject_slowdown;
   if (!a.inject_fault.empty()) {
     const auto p1 = a.inject_fault.find(':'), p2 = a.inject_fault.find(':', p1 + 1);
     bool ok = p1 != std::string::npos && p2 != std::string::npos;

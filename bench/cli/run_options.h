@@ -36,12 +36,14 @@ struct RunArgs {
   uint64_t prefetch_elements = 50'000'000;
   uint64_t persist_elements = 0;
   std::string device = "cpu";
-  std::string out = "results/latest.json";
+  std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
   int seq = 0;  // tokens per sample; 0 = the model's context
   bool untied_head = false;
   bool quiet = false;
   std::string inject_fault;
+  double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more
+  std::string peak_calibration;  // hidden: the launcher's sgemm calibration, handed to the ranks
   double timeout_s = 600;  // watchdog on every collective
   bool resume = false;     // skip strategies already ok in --out (same config)
   std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
@@ -65,10 +67,17 @@ int run_command(const RunArgs& a, int argc, char** argv);
 // --np N outside an MPI job: runs mpirun on this binary as a child, forwarding signals, with a
 // private OpenMPI session directory removed at the end (bench/cli/mpi_launch.cc). peak_gflops
 // > 0 is passed on as --peak-gflops. Returns mpirun's exit status.
-int launch_mpirun(const RunArgs& a, int argc, char** argv, double peak_gflops);
+// peak_calibration: the launcher's MFU denominator (PeakCalibration::to_flag), "" for none.
+int launch_mpirun(const RunArgs& a, int argc, char** argv, const std::string& peak_calibration);
 // --hosts netns: execs ci/two_host.sh with the remaining arguments (G = --ranks-per-node, or
 // --np / 2, default 2 ranks per host); peak_gflops > 0 is passed on as --peak-gflops.
 int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops);
-int export_command(const std::string& format, const std::string& file, const std::string& out);
+struct ExportArgs {
+  std::string format;              // bencher | github-action-benchmark | gbench
+  std::string tool;                // github-action-benchmark: bigger | smaller
+  std::vector<std::string> files;  // results files or matrix indexes
+  std::string out;                 // empty: stdout
+};
+int export_command(const ExportArgs& a);
 
 }  // namespace sb

@@ -4,7 +4,9 @@
 // the communicator is idle (after Communicator::synchronize).
 #include "harness/run/train_loop.h"
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "harness/common/check.h"
 #include "harness/model/data.h"
@@ -85,6 +87,9 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
     const float loss = one_step(model, strategy, step, tokens, targets);
     comm.synchronize();
     ctx.device.synchronize();
+    if (cfg.inject_slowdown > 0)  // hidden test flag: a real, proportional slowdown
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(cfg.inject_slowdown * (ctx.device.now_s() - t0)));
     const double local_time = ctx.device.now_s() - t0;
     const double local_exposed = comm.blocked_seconds();
     throw_if_any_rank_over_limit(ctx.ranks, memory);

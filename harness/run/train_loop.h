@@ -31,6 +31,9 @@ struct RunConfig {
   // Hidden test flag --inject-fault rank:step:kind. `step` counts every step this process has
   // run across the matrix (0-based), so strategy k's first step is k * (warmup + steps).
   struct Fault { int rank = -1; int step = -1; std::string kind; } fault;  // exit | hang | oom
+  // Hidden test flag --inject-slowdown f: every step sleeps f x its own time before it ends
+  // (the gate's test: a real, proportional slowdown that compare.py must catch).
+  double inject_slowdown = 0;
 };
 
 // What one rank measured, with the cross-rank aggregates already folded in (identical on

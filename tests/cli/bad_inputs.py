@@ -65,6 +65,8 @@ CASES = [
     (["predict", "--model", "tiny", "--mem-limit-gb", "inf"], "--mem-limit-gb"),
     (["predict", "--model", "tiny", "--json", "/tmp"], "--json /tmp: is a directory"),
     (["predict", "--model", "tiny", "--json", "/proc/p.json"], "--json /proc/p.json"),
+    (["export", "--format", "github-action-benchmark", "x.json"], "--tool is required"),
+    (["export", "--format", "bencher", "--tool", "bigger", "x.json"], "--tool"),
 ]
 
 

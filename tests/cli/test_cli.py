@@ -22,6 +22,10 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
 
 
+STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
+              "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
+
+
 def sb(*args, timeout=300):
     return subprocess.run([SB, *args], env=ENV, capture_output=True, text=True, timeout=timeout)
 
@@ -52,6 +56,7 @@ class RunTest(unittest.TestCase):
         self.assertEqual(doc["config"]["num_nodes"], 2)
         self.assertEqual([r["status"] for r in doc["results"]], ["ok"] * 8)
         self.assertIn("fsdp_hybrid_shard", self.proc.stdout)  # the table
+        self.assertIn("[8/8] fsdp_hybrid_shard_zero2", self.proc.stdout)  # progress lines
 
     def test_output_validates_against_schema(self):
         v = validate(self.out)
@@ -63,6 +68,12 @@ class RunTest(unittest.TestCase):
         p = sb("run", "--model", "tiny", "--strategies", "ddp", "--precision", "bf16-mixed",
                "--steps", "1", "--warmup", "0", "--out", out, "--quiet")
         self.assertEqual(p.returncode, 0, p.stderr)
+        # --quiet drops the progress lines only: the table and the file's path remain
+        self.assertNotIn("[1/1]", p.stdout)
+        self.assertNotIn("shardbench: tiny", p.stdout)
+        self.assertRegex(p.stdout, r"strategy\s+tokens/s")
+        self.assertRegex(p.stdout, r"\nddp\s+\d+")
+        self.assertIn("results: " + out, p.stdout)
         for doc in (load(self.out), load(out)):
             self.assertEqual(doc["config"]["matmul_precision"], "fp32")
             for r in doc["results"]:
@@ -87,27 +98,75 @@ class RunTest(unittest.TestCase):
         for s in sums:
             self.assertAlmostEqual(s, sums[0], delta=1e-5 * abs(sums[0]))
 
-    def test_export_bencher_shape(self):
-        p = sb("export", "--format", "bencher", self.out)
+    def export(self, fmt, *files, tool=None):
+        args = ["export", "--format", fmt, *files] + (["--tool", tool] if tool else [])
+        p = sb(*args)
         self.assertEqual(p.returncode, 0, p.stderr)
-        bmf = json.loads(p.stdout)
-        self.assertEqual(len(bmf), 8)
-        for bench, measures in bmf.items():
-            self.assertIn("tiny/w4/fp32/", bench)
-            for m in ("step_time_s", "tokens_per_s", "peak_bytes_per_rank", "sent_bytes_inter"):
-                self.assertIsInstance(measures[m]["value"], (int, float))
+        return json.loads(p.stdout)
 
-    def test_export_github_action_benchmark_shape(self):
-        out = os.path.join(self.tmp, "gab.json")
-        p = sb("export", "--format", "github-action-benchmark", self.out, "--out", out)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        gab = load(out)
-        for key in ("customSmallerIsBetter", "customBiggerIsBetter"):
-            self.assertGreater(len(gab[key]), 0)
-            for e in gab[key]:
-                self.assertEqual(set(e), {"name", "unit", "value"})
-        names = [e["name"] for e in gab["customBiggerIsBetter"]]
-        self.assertTrue(any(n.endswith("tokens_per_s") for n in names))
+    def variant(self):
+        """The run's file with two knobs off their defaults and one strategy that ran out of
+        memory (as a real oom is recorded: status and error only)."""
+        doc = load(self.out)
+        doc["config"]["bucket_mb"] = 10
+        doc["config"]["overlap"] = False
+        doc["results"][3] = {"strategy": "zero3", "status": "oom", "error": "rank 1: out of memory"}
+        path = os.path.join(self.tmp, "variant.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+
+    def test_export_bencher_shape(self):
+        bmf = self.export("bencher", self.out)
+        self.assertEqual(sorted(bmf), sorted(f"tiny/w4n2/fp32/{s}" for s in STRATEGIES))
+        for bench, measures in bmf.items():
+            self.assertEqual(measures["status"]["value"], 0)
+            for m in ("step_time_s", "tokens_per_s", "mfu", "peak_bytes_per_rank",
+                      "sent_bytes_inter"):
+                v = measures[m]
+                self.assertLessEqual(v["lower_value"], v["value"], (bench, m))
+                self.assertLessEqual(v["value"], v["upper_value"], (bench, m))
+            # the step time's bounds are the CI of the median: order statistics of the samples
+            st = measures["step_time_s"]
+            samples = sorted(next(r for r in load(self.out)["results"]
+                                  if bench.endswith("/" + r["strategy"]))["step_time_s"]["samples"])
+            self.assertEqual([st["lower_value"], st["upper_value"]], [samples[0], samples[-1]])
+            self.assertEqual(measures["sent_bytes_inter"]["lower_value"],
+                             measures["sent_bytes_inter"]["value"])
+
+    def test_export_names_carry_knobs_and_keep_failed_strategies(self):
+        bmf = self.export("bencher", self.out, self.variant())
+        self.assertEqual(len(bmf), 16)  # two series per strategy: the knobs tell them apart
+        oom = bmf["tiny/w4n2/fp32/bucket_mb=10,overlap=false/zero3"]
+        self.assertEqual(oom, {"status": {"value": 1, "lower_value": 1, "upper_value": 1}})
+        gb = self.export("gbench", self.variant())
+        z3 = next(b for b in gb["benchmarks"] if b["name"].endswith("/zero3"))
+        self.assertTrue(z3["error_occurred"])
+        self.assertIn("out of memory", z3["error_message"])
+
+    def test_export_github_action_benchmark_one_tool_per_file(self):
+        names = {}
+        for tool in ("bigger", "smaller"):
+            gab = self.export("github-action-benchmark", self.out, self.variant(), tool=tool)
+            self.assertIsInstance(gab, list)
+            for e in gab:
+                self.assertLessEqual(set(e), {"name", "unit", "value", "range", "extra"})
+            names[tool] = {e["name"].rsplit(" ", 1)[1] for e in gab}
+        self.assertEqual(names["bigger"], {"tokens_per_s", "mfu"})
+        self.assertIn("status", names["smaller"])
+        self.assertIn("step_time_s", names["smaller"])
+
+    def test_export_google_benchmark_format(self):
+        gb = self.export("gbench", self.out)
+        self.assertEqual(gb["context"]["executable"], "shardbench")
+        self.assertEqual(len(gb["benchmarks"]), 8)
+        doc = load(self.out)
+        for b, r in zip(gb["benchmarks"], doc["results"]):
+            self.assertEqual(b["name"], "tiny/w4n2/fp32/" + r["strategy"])
+            self.assertEqual(b["time_unit"], "ms")
+            self.assertAlmostEqual(b["real_time"], r["step_time_s"]["median"] * 1e3)
+            self.assertEqual(b["iterations"], 2)
+            self.assertAlmostEqual(b["tokens_per_s"], r["throughput"]["tokens_per_s"])
 
 
 class AtomicWriteTest(unittest.TestCase):

@@ -1,0 +1,36 @@
+// The CPU's MFU denominator: the single-core sgemm ceiling, measured with one BLAS thread for
+// long enough to be steady (median of repeats), with its spread and where it came from. One
+// value per results file: the launcher measures it once and hands it to the ranks; --resume
+// keeps the file's value. Does not decide what MFU divides by (devices; run_command.cc).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace sb {
+
+struct PeakCalibration {
+  double gflops = 0;      // per device: median of the repeats (or --peak-gflops, datasheet)
+  double min_gflops = 0;  // fastest and slowest repeat: the spread of the measurement
+  double max_gflops = 0;
+  int repeats = 0;        // 0: not measured here
+  std::string source;     // how and by whom, one line
+
+  nlohmann::json to_json() const;  // config.mfu_peak
+  static PeakCalibration from_json(const nlohmann::json& j);  // throws on a malformed value
+  std::string to_flag() const;     // the launcher -> ranks hand-over (hidden flag)
+  static PeakCalibration from_flag(const std::string& s);     // throws std::invalid_argument
+};
+
+// Measures in this process: sets OpenBLAS to one thread first (the launcher calls this before
+// OPENBLAS_NUM_THREADS=1 reaches it), warms up, then `repeats` timed blocks of square 768^3
+// sgemm of at least `block_s` seconds each; gflops = median block rate. `who` names the
+// process in `source` ("the launcher", "rank 0").
+PeakCalibration measure_sgemm_peak(const std::string& who, int repeats = 7,
+                                   double block_s = 0.06);
+
+// A fixed figure (--peak-gflops, or a GPU datasheet): no spread.
+PeakCalibration fixed_peak(double gflops, const std::string& source);
+
+}  // namespace sb

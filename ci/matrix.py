@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+# Runs a matrix file (TOML, read with Python's tomllib): one MPI job (`shardbench run --np`)
+# per cell, one results file per cell named by a stable id, an index.json, resume, a summary
+# table, and optionally each cell compared with its baseline by plots/compare.py. Does not
+# measure anything itself and does not judge numbers (compare.py does).
+"""Run a shardbench matrix file: one MPI job per cell.
+
+usage: ci/matrix.py MATRIX.toml [--out DIR] [--baseline-dir DIR] [--cell ID ...] [--list]
+                    [--shardbench PATH] [--fresh] [-- EXTRA run FLAGS]
+
+The matrix file (see ci/matrix/nightly.toml):
+
+  [run]                  flags every cell gets (any `shardbench run` flag, without the --)
+  steps = 10
+  strategies = "all"
+  [axes]                 each key is a list; the cells are their cartesian product
+  model = ["tiny", "small"]
+  precision = ["fp32"]
+  world = [{np = 2, ranks-per-node = 1}, {np = 4, ranks-per-node = 2}]   # a table: flags
+  bucket-mb = [10, 25]                                                  # that go together
+  [[exclude]]            a cell matching every key of one of these is left out
+  model = "small"
+  np = 2
+
+A value true is a bare flag (forward-prefetch = true), false leaves the flag out. `np` is
+required (from [run] or an axis): every cell is its own `--np` job.
+
+Cell id: "<model>-np<N>-<precision>-<hash>", hash = the first 10 hex digits of SHA-256 of the
+cell's flags as canonical JSON (sorted keys, values as strings), so the same configuration
+gets the same id in any matrix file and any order. Files: DIR/<id>.json per cell and
+DIR/index.json (kind "matrix-index": each cell's id, flags, file, status, exit code, wall
+time and comparison verdict; `shardbench export` reads it); DIR/compare/<id>.json holds each
+comparison's rows (compare.py --json).
+
+Resume: a cell whose file already has every requested strategy ok is kept as it is; any other
+existing file is resumed (`shardbench run --resume` keeps its ok strategies). --fresh reruns.
+Flags after `--` go to every cell's run but are not part of the id: use another --out (or
+--fresh) when changing them.
+
+Exit status: 0 every cell ran and nothing regressed; 1 a regression against a baseline;
+2 bad input, a cell that failed (its others still run), or a comparison that failed.
+"""
+import argparse
+import datetime
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "plots"))
+from compare import STRATEGY_ORDER as ALL_STRATEGIES  # noqa: E402  (what `--strategies all` runs)
+# Flags the runner owns: a matrix file may not set them.
+RESERVED = {"out", "resume", "quiet"}
+
+
+class MatrixError(Exception):
+    """A matrix file that cannot be run; str() is one line naming the file and the key."""
+
+
+def flag_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def load_matrix(path):
+    """The cells of a matrix file: a list of {flag: value-as-string}, in file order."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise MatrixError(f"{path}: {e}") from None
+    unknown = set(doc) - {"run", "axes", "exclude"}
+    if unknown:
+        raise MatrixError(f"{path}: unknown section(s) {sorted(unknown)}; allowed: run, axes, "
+                          "exclude")
+    base, axes = doc.get("run", {}), doc.get("axes", {})
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise MatrixError(f"{path}: axes.{key} must be a non-empty list")
+    cells = []
+    for combo in itertools.product(*[[(k, v) for v in vs] for k, vs in axes.items()]):
+        flags = dict(base)
+        for key, value in combo:
+            flags.update(value if isinstance(value, dict) else {key: value})
+        flags = {k: flag_text(v) for k, v in flags.items()}
+        bad = RESERVED & set(flags)
+        if bad:
+            raise MatrixError(f"{path}: {sorted(bad)} are set by the runner, not the matrix")
+        if "np" not in flags:
+            raise MatrixError(f"{path}: no np: set it in [run] or as an axis")
+        if any(all(flags.get(k) == flag_text(v) for k, v in ex.items())
+               for ex in doc.get("exclude", [])):
+            continue
+        if flags not in cells:
+            cells.append(flags)
+    if not cells:
+        raise MatrixError(f"{path}: the matrix has no cells")
+    return cells
+
+
+def cell_id(flags):
+    canonical = json.dumps(flags, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    return (f"{flags.get('model', 'small')}-np{flags['np']}-{flags.get('precision', 'fp32')}-"
+            f"{digest}").replace(",", "_").replace("/", "_")
+
+
+def run_args(flags):
+    args = []
+    for key, value in flags.items():
+        if value == "true":
+            args.append(f"--{key}")
+        elif value != "false":
+            args += [f"--{key}", value]
+    return args
+
+
+def requested(flags):
+    s = flags.get("strategies", "all")
+    return ALL_STRATEGIES if s == "all" else s.split(",")
+
+
+def file_statuses(path):
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return {r["strategy"]: r.get("status") for r in doc.get("results", [])}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def run_cell(sb, flags, out, extra, fresh):
+    """Runs one cell (or keeps/resumes its file). Returns (state, exit code, wall s)."""
+    statuses = file_statuses(out) if out.exists() and not fresh else None
+    if statuses and all(statuses.get(s) == "ok" for s in requested(flags)):
+        return "kept", 0, 0.0
+    cmd = [str(sb), "run", *run_args(flags), *extra, "--out", str(out), "--quiet"]
+    if statuses is not None:
+        cmd.append("--resume")
+    elif out.exists():
+        out.rename(out.with_suffix(".json.stale"))  # unreadable or --fresh: keep it aside
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd)
+    if rc == 2 and statuses is not None:  # written by another configuration: start over
+        out.rename(out.with_suffix(".json.stale"))
+        rc = subprocess.call(cmd[:-1])
+    return ("ran" if rc == 0 else "failed"), rc, time.monotonic() - t0
+
+
+def compare_cell(baseline, out, report, threshold_pct):
+    """plots/compare.py baseline vs this cell; returns (verdict, exit code)."""
+    if not baseline.exists():
+        return "no baseline", 0
+    print(f"$ compare.py {baseline} {out}", flush=True)
+    report.parent.mkdir(exist_ok=True)
+    rc = subprocess.call(["/usr/bin/python3", str(ROOT / "plots" / "compare.py"), str(baseline),
+                          str(out), "--json", str(report), "--threshold-pct", str(threshold_pct)])
+    return {0: "ok", 1: "REGRESSION"}.get(rc, "comparison failed"), rc
+
+
+def write_index(path, matrix_file, entries):
+    doc = {"suite": "shardbench", "kind": "matrix-index", "schema_version": 1,
+           "matrix_file": str(matrix_file),
+           "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
+               "%Y-%m-%dT%H:%M:%SZ"),
+           "cells": entries}
+    tmp = path.with_suffix(f".json.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.rename(path)
+
+
+def summary(entries, out_dir):
+    """Per cell: state, strategies ok, verdict; then tokens/s per strategy and cell."""
+    print(f"\n{'cell':<34} {'state':<7} {'ok':>5} {'wall s':>7}  comparison")
+    for e in entries:
+        ok = sum(v == "ok" for v in e["strategies"].values())
+        print(f"{e['id']:<34} {e['state']:<7} {ok:>2}/{len(requested(e['flags'])):<2} "
+              f"{e['wall_s']:>7.1f}  {e.get('comparison', {}).get('verdict', '-')}")
+    cols = [e["id"].rsplit("-", 1)[0] for e in entries]
+    print(f"\ntokens/s {'':<18} " + " ".join(f"{c:>18}" for c in cols))
+    rates = {}
+    for e in entries:
+        try:
+            doc = json.loads((out_dir / e["file"]).read_text())
+        except (OSError, ValueError):
+            continue
+        for r in doc.get("results", []):
+            tp = (r.get("throughput") or {}).get("tokens_per_s")
+            rates[(e["id"], r.get("strategy"))] = f"{tp:.0f}" if tp else r.get("status", "-")
+    for s in ALL_STRATEGIES:
+        if any((e["id"], s) in rates for e in entries):
+            print(f"{s:<27} " + " ".join(f"{rates.get((e['id'], s), '-'):>18}" for e in entries))
+
+
+def main(argv):
+    extra = []
+    if "--" in argv:
+        extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog=__doc__.split("\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("matrix", metavar="MATRIX.toml")
+    ap.add_argument("--out", default="results/runs/matrix", help="directory of the cell files")
+    ap.add_argument("--baseline-dir", help="compare each cell with DIR/<id>.json")
+    ap.add_argument("--threshold-pct", type=float, default=10.0,
+                    help="compare.py's smallest step-time change that counts (default 10)")
+    ap.add_argument("--cell", action="append", help="run only this cell id (repeatable)")
+    ap.add_argument("--list", action="store_true", help="print the cells as JSON and exit")
+    ap.add_argument("--shardbench", default=str(ROOT / "build" / "shardbench"))
+    ap.add_argument("--fresh", action="store_true", help="rerun cells that have a file")
+    args = ap.parse_args(argv)
+    try:
+        cells = [(cell_id(f), f) for f in load_matrix(args.matrix)]
+    except MatrixError as e:
+        print(f"matrix: {e}", file=sys.stderr)
+        return 2
+    if args.cell:
+        unknown = set(args.cell) - {cid for cid, _ in cells}
+        if unknown:
+            print(f"matrix: --cell {sorted(unknown)[0]}: not a cell of {args.matrix} "
+                  "(--list shows them)", file=sys.stderr)
+            return 2
+        cells = [(cid, f) for cid, f in cells if cid in args.cell]
+    if args.list:
+        print(json.dumps([{"id": cid, "flags": f} for cid, f in cells], indent=1))
+        return 0
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries, failed, regressed = [], False, False
+    for i, (cid, flags) in enumerate(cells):
+        print(f"\n=== matrix [{i + 1}/{len(cells)}] {cid}: {' '.join(run_args(flags))}",
+              flush=True)
+        out = out_dir / f"{cid}.json"
+        state, rc, wall = run_cell(Path(args.shardbench), flags, out, extra, args.fresh)
+        entry = {"id": cid, "flags": flags, "file": out.name, "state": state, "exit_code": rc,
+                 "wall_s": round(wall, 2), "strategies": file_statuses(out) or {}}
+        failed |= rc != 0
+        if args.baseline_dir and out.exists():
+            verdict, crc = compare_cell(Path(args.baseline_dir) / out.name, out,
+                                        out_dir / "compare" / out.name, args.threshold_pct)
+            entry["comparison"] = {"baseline": str(Path(args.baseline_dir) / out.name),
+                                   "verdict": verdict, "exit_code": crc}
+            regressed |= crc == 1
+            failed |= crc not in (0, 1)
+        entries.append(entry)
+        write_index(out_dir / "index.json", args.matrix, entries)
+    summary(entries, out_dir)
+    print(f"\nindex: {out_dir / 'index.json'}")
+    return 2 if failed else 1 if regressed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
