@@ -23,6 +23,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
 #include "harness/run/report.h"
+#include "harness/run/trace.h"
 
 #ifdef SB_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -127,6 +128,24 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
+// Where the step went (median over measured steps of the slowest rank's phases, seconds).
+void print_phase_table(const std::vector<StrategyRun>& runs) {
+  fmt::print("\n{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n", "phases (median s)",
+             "forward", "backward", "optimizer", "exposed", "other", "step", "comm busy",
+             "overlap");
+  for (const auto& r : runs) {
+    if (r.status != "ok") continue;
+    const nlohmann::json m = phases_json(r.phases)["median"];
+    fmt::print("{:<26} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>10.4f} {:>7.0f}%\n",
+               r.strategy, double(m["forward_s"]), double(m["backward_s"]),
+               double(m["optimizer_s"]), double(m["exposed_comm_s"]), double(m["other_s"]),
+               double(m["step_s"]), double(m["comm_busy_s"]),
+               100 * double(m["overlap_fraction"]));
+  }
+  fmt::print("(exposed: compute thread blocked on communication; comm busy: comm thread's time "
+             "in collectives; overlap: busy time hidden behind compute)\n");
+}
+
 void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
   fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "strategy", "tokens/s",
              "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "status");
@@ -142,12 +161,20 @@ void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
                mib(r.sent_inter_all), median(r.exposed_s));
   }
   fmt::print("(intra/inter: bytes sent per step summed over ranks; peak: max over ranks)\n");
+  print_phase_table(runs);
 }
 
 }  // namespace
 
 int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  if (!a.trace.empty()) {  // made here, before any MPI, so a bad path is a usage error
+    std::error_code ec;
+    std::filesystem::create_directories(a.trace, ec);
+    if (!std::filesystem::is_directory(a.trace))
+      throw UsageError(fmt::format("--trace {}: cannot create the directory ({})", a.trace,
+                                   ec ? ec.message() : "a file is in the way"));
+  }
   if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv,
                             a.peak_gflops > 0 || cfg.device != "cpu" ? 0 : measure_sgemm_gflops());
@@ -246,6 +273,10 @@ int run_command(const RunArgs& a, int argc, char** argv) {
         fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
                    run.error);
       std::fflush(stdout);
+    }
+    if (!a.trace.empty() && run.status == "ok") {  // every rank: the gather is collective
+      const std::string path = write_strategy_trace(a.trace, run.strategy, run.trace, mpi);
+      if (root && !a.quiet) fmt::print("        trace: {}\n", path);
     }
     nlohmann::json result = result_json(run, cfg, topo, env);
     if (run.status == "ok") {

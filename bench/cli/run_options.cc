@@ -43,6 +43,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
+  app->add_option("--trace", a.trace,
+                  "Directory for a Chrome/Perfetto trace per strategy (<strategy>.trace.json)");
   app->add_option("--peak-gflops", a.peak_gflops,
                   "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
   app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
@@ -143,6 +145,7 @@ RunConfig to_run_config(const RunArgs& a) {
   c.mem_limit_gb = a.mem_limit_gb;
   c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
   c.device = a.device;
+  c.trace = !a.trace.empty();
   require(a.timeout_s > 0 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "(0, 1000000]");
   if (!a.inject_fault.empty()) {
     const auto p1 = a.inject_fault.find(':'), p2 = a.inject_fault.find(':', p1 + 1);

@@ -11,6 +11,8 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "harness/comm/watchdog.h"
 #include "harness/common/check.h"
@@ -18,16 +20,32 @@
 namespace sb {
 namespace {
 using Clock = std::chrono::steady_clock;
-int64_t ns_since(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+int64_t ns_of(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 }  // namespace
+
+// Time the issuing thread spent blocked: the exposed-time tally, and the wait log (trace only).
+struct BlockedTally {
+  std::atomic<int64_t> ns{0};
+  std::atomic<bool> log_on{false};
+  std::mutex m;
+  std::vector<CommWait> log;
+  void add(uint64_t seq, Clock::time_point t0) {
+    const auto t1 = Clock::now();
+    ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    if (!log_on.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lock(m);
+    log.push_back(CommWait{seq, ns_of(t0), ns_of(t1)});
+  }
+};
 
 struct CommHandle::State {
   std::mutex m;
   std::condition_variable cv;
   std::atomic<bool> done{false};
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns;  // the communicator's exposed-time tally
+  uint64_t seq = 0;                     // issue order on the communicator
+  std::shared_ptr<BlockedTally> tally;  // the communicator's
 };
 
 void CommHandle::wait() {
@@ -37,7 +55,7 @@ void CommHandle::wait() {
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
   }
-  state_->blocked_ns->fetch_add(ns_since(t0));
+  state_->tally->add(state_->seq, t0);
 }
 
 bool CommHandle::done() const { return !state_ || state_->done.load(std::memory_order_acquire); }
@@ -49,7 +67,7 @@ struct Communicator::Impl {
     std::shared_ptr<CommHandle::State> state;
   };
   std::unique_ptr<CommBackend> backend;
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<BlockedTally> tally = std::make_shared<BlockedTally>();
   std::mutex m;
   std::condition_variable cv_work, cv_idle;
   std::deque<Task> queue;
@@ -87,8 +105,12 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
                               ") waiting on ring predecessor rank " + std::to_string(prev));
         res = impl->backend->run(op);
       }
-      const double wall_s = double(ns_since(t0)) * 1e-9;
+      const auto t1 = Clock::now();
+      const double wall_s = std::chrono::duration<double>(t1 - t0).count();
       LedgerEntry e;
+      e.seq = task.state->seq;
+      e.start_ns = ns_of(t0);
+      e.end_ns = ns_of(t1);
       e.kind = op.kind;
       e.group = op.group->kind;
       e.group_size = op.group->size();
@@ -181,10 +203,11 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
   CollectiveOp op = issued;
   op.issue_mark = impl_->backend->on_issue();  // on this thread, in issue order
   auto state = std::make_shared<CommHandle::State>();
-  state->blocked_ns = impl_->blocked_ns;
+  state->tally = impl_->tally;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
     SB_CHECK(!impl_->stop, "collective issued on a communicator being destroyed");
+    state->seq = impl_->issued;
     impl_->queue.push_back(Impl::Task{op, std::move(tag), state});
     ++impl_->issued;
   }
@@ -198,10 +221,20 @@ void Communicator::synchronize() {
     std::unique_lock<std::mutex> lock(impl_->m);
     impl_->cv_idle.wait(lock, [&] { return impl_->completed == impl_->issued; });
   }
-  impl_->blocked_ns->fetch_add(ns_since(t0));
+  impl_->tally->add(CommWait::kAllOps, t0);
 }
 
-double Communicator::blocked_seconds() const { return double(impl_->blocked_ns->load()) * 1e-9; }
-void Communicator::reset_blocked_seconds() { impl_->blocked_ns->store(0); }
+double Communicator::blocked_seconds() const { return double(impl_->tally->ns.load()) * 1e-9; }
+void Communicator::reset_blocked_seconds() { impl_->tally->ns.store(0); }
+
+void Communicator::record_waits(bool on) {
+  impl_->tally->log_on.store(on);
+  if (!on) take_waits();
+}
+
+std::vector<CommWait> Communicator::take_waits() {
+  std::lock_guard<std::mutex> lock(impl_->tally->m);
+  return std::exchange(impl_->tally->log, {});
+}
 
 }  // namespace sb

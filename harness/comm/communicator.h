@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/comm/ledger.h"
 #include "harness/common/dtype.h"
@@ -46,6 +47,14 @@ class CommBackend {
   virtual uint64_t on_issue() { return 0; }
   // Runs op to completion on the calling (comm) thread.
   virtual BackendResult run(const CollectiveOp& op) = 0;
+};
+
+// One stretch the issuing thread spent blocked: in wait() on the op issued `seq`-th, or in
+// synchronize() (seq == kAllOps). Steady-clock nanoseconds, as LedgerEntry::start_ns.
+struct CommWait {
+  static constexpr uint64_t kAllOps = ~uint64_t(0);
+  uint64_t seq = kAllOps;
+  int64_t begin_ns = 0, end_ns = 0;
 };
 
 class CommHandle {
@@ -108,6 +117,9 @@ class Communicator {
   // communication that was not hidden behind compute ("exposed communication").
   double blocked_seconds() const;
   void reset_blocked_seconds();
+  // The trace's wait log: while on, every blocked stretch is kept until take_waits().
+  void record_waits(bool on);
+  std::vector<CommWait> take_waits();
 
   // The ledger is appended by the comm thread; read it only after synchronize().
   Ledger& ledger() { return ledger_; }

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "harness/model/gpt.h"
+#include "harness/run/phase_clock.h"
 
 namespace sb {
 
@@ -134,6 +135,7 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                       {"min", run.step_time_s.empty() ? 0 : *std::min_element(run.step_time_s.begin(), run.step_time_s.end())},
                       {"max", run.step_time_s.empty() ? 0 : *std::max_element(run.step_time_s.begin(), run.step_time_s.end())},
                       {"samples", run.step_time_s}};
+  if (run.status == "ok") r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
   const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank * cfg.model.seq_len;
   const double flops = flops_per_step(cfg.model, tokens);
   const double achieved = med > 0 ? flops / med : 0;

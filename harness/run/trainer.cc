@@ -19,11 +19,6 @@
 namespace sb {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // Deliberate failures for the robustness tests: a crash, a stall, or running out of memory on
 // one rank only, mid-step (the asymmetric case): "oom" caps this rank's tracker at what it
 // holds, so the step's next allocation goes past the limit as a real one would.
@@ -99,6 +94,7 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
   int failed = 0;  // 0 ok, 1 oom, 2 error
   LinkSample link_before;                // [two-host link] before the first measured step
   LinkTraffic link_steps, link_harness;  // [two-host link] measured steps; the loop's own scalars
+  PhaseClock clock(comm, layout, cfg.trace);  // per-phase time and the --trace timeline
   if (cfg.mem_limit_gb > 0) {
     // Predicted up front (the predictor replays the strategy's allocations): a strategy that
     // cannot fit is skipped with its predicted breakdown instead of being run into the limit.
@@ -142,15 +138,19 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
       maybe_inject_fault(cfg.fault, rank, memory);
       const size_t ledger_mark = comm.ledger().size();
       comm.reset_blocked_seconds();
-      const auto t0 = Clock::now();
+      clock.begin_step(step >= cfg.warmup);
       strategy->begin_step();
-      const float loss = model->forward(tokens.data(), targets.data(), *strategy);
-      model->backward(*strategy);
+      const float loss = model->forward(tokens.data(), targets.data(), clock.hooks(*strategy));
+      clock.end(Phase::kForward);
+      model->backward(clock.hooks(*strategy));
       strategy->finish_backward();
+      clock.end(Phase::kBackward);
       strategy->optimizer_step(step + 1);
+      clock.end(Phase::kOptimizer);
       comm.synchronize();
       device.synchronize();
-      const double local_time = seconds_since(t0);
+      clock.end(Phase::kStepEnd);
+      const double local_time = clock.end_step(comm.ledger(), ledger_mark);
       const double local_exposed = comm.blocked_seconds();
       throw_if_any_rank_over_limit(mpi, memory);
       run.loss.push_back(mpi.sum_over_ranks(double(loss)) / N);
@@ -175,6 +175,8 @@ StrategyRun run_strategy(const std::string& name, const RunConfig& cfg, MpiRunti
           mpi.max_over_ranks(0.0);
         }
       });
+    run.phases = slowest_rank_phases(clock.local_steps(), mpi);  // after the link's sample
+    run.trace = clock.take_trace();
     run.model_state_params = memory.current(MemCategory::kParams);
     run.model_state_grads = memory.current(MemCategory::kGrads);
     run.model_state_optimizer = memory.current(MemCategory::kOptimizer);
