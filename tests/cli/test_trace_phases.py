@@ -73,6 +73,11 @@ class PhasesAndTrace(unittest.TestCase):
             self.assertAlmostEqual(r["phases"]["median"]["step_s"], r["step_time_s"]["median"],
                                    delta=SUM_TOL_S)
 
+    def test_phases_validate_against_the_schema(self):
+        v = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "results", "validate.py"),
+                            self.out], capture_output=True, text=True)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
     def test_trace_events_have_the_chrome_schema(self):
         for s, t in self.traces.items():
             self.assertEqual(t["otherData"]["strategy"], s)
