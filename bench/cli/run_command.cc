@@ -278,6 +278,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       const std::string path = write_strategy_trace(a.trace, run.strategy, run.trace, mpi);
       if (root && !a.quiet) fmt::print("        trace: {}\n", path);
     }
+    run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
     nlohmann::json result = result_json(run, cfg, topo, env);
     if (run.status == "ok") {
       // The model's view of the same config, and how far the measurement is from it.

@@ -203,6 +203,21 @@ class PhasesAndTrace(unittest.TestCase):
                              set(steps))
 
 
+class TraceFlag(unittest.TestCase):
+    def test_a_trace_path_that_cannot_be_a_folder_is_a_usage_error(self):
+        tmp = tempfile.mkdtemp(prefix="sbtraceflag")
+        blocker = os.path.join(tmp, "file")
+        open(blocker, "w").close()
+        out = os.path.join(tmp, "r.json")
+        p = subprocess.run([SB, "run", "--np", "2", "--model", "tiny", "--strategies", "ddp",
+                            "--trace", os.path.join(blocker, "sub"), "--out", out], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--trace", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
 class PhasesAndTraceOnThreeRanks(PhasesAndTrace):
     # A world of 3: shards that do not divide (padding), one node.
     NP, SHAPE = 3, []
