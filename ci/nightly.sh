@@ -128,11 +128,21 @@ if [ "$have_result" = 1 ]; then
   ln -sfn "$DATE.json" "$OUTDIR/latest.json"
 fi
 
+# --- the HTML report (issue 15): tables, plots, baseline verdicts, trends over results/nightly --
+REPORT="$OUTDIR/$DATE.html"
+if [ "$have_result" = 1 ]; then
+  step "report -> $REPORT"
+  report_args=("$RESULT" --history "$OUTDIR" --out "$REPORT")
+  [ -f "$BASELINE" ] && report_args+=(--baseline "$BASELINE")
+  ./build/shardbench report "${report_args[@]}" || failed+=("report")
+fi
+
 # --- summary ------------------------------------------------------------------------------------
 step "summary"
 echo "results:    $RESULT"
 [ -s "$BENCH_OUT" ] && echo "micro:      $BENCH_OUT"
 [ -d "$PLOTDIR" ] && echo "plots:      $PLOTDIR/"
+[ -s "$REPORT" ] && echo "report:     $REPORT"
 echo "log:        $LOG"
 echo "comparison: $verdict"
 if ((${#failed[@]})); then
