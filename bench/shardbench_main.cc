@@ -1,5 +1,5 @@
-// The `shardbench` command: subcommands run, export (and predict, with its own issue). Parse
-// errors and bad values print one line naming the flag and exit 2; nothing is written.
+// The `shardbench` command: subcommands run, export, report (and predict, with its own issue).
+// Parse errors and bad values print one line naming the flag and exit 2; nothing is written.
 #include <cstdio>
 #include <string>
 
@@ -11,6 +11,8 @@
 namespace sb {  // bench/cli/predict_command.cc
 void add_predict_command(CLI::App& app);
 int predict_command();
+void add_report_command(CLI::App& app);  // bench/cli/report_command.cc
+int report_command();
 }  // namespace sb
 
 
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
       ->required();
   exp->add_option("--out", export_args.out, "output file (default: stdout)");
   sb::add_predict_command(app);
+  sb::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
     if (*run) return sb::run_command(run_args, argc, argv);
     if (*exp) return sb::export_command(export_args);
     if (app.got_subcommand("predict")) return sb::predict_command();
+    if (app.got_subcommand("report")) return sb::report_command();
   } catch (const sb::UsageError& e) {
     std::fprintf(stderr, "shardbench: %s\n", e.what());
     return 2;

@@ -107,11 +107,30 @@ else
 fi
 ln -sfn "$DATE" results/nightly/latest
 
+# --- the HTML report: one page per cell (tables, plots, baseline verdicts, trends) ------------
+# A cell's trends read every dated run of the same cell id: results/nightly/<date>/<id>.json,
+# gathered as links in $OUTDIR/history/<id>/<date>.json.
+reports=0
+for f in "$OUTDIR"/*-*.json; do
+  [ -s "$f" ] || continue
+  id="$(basename "$f" .json)"
+  hist="$OUTDIR/history/$id"
+  mkdir -p "$hist"
+  for past in results/nightly/*/"$id.json"; do
+    [ -s "$past" ] && ln -sfn "$(realpath "$past")" "$hist/$(basename "$(dirname "$past")").json"
+  done
+  report_args=("$f" --history "$hist" --out "$OUTDIR/$id.html")
+  [ -f "$BASELINE_DIR/$id.json" ] && report_args+=(--baseline "$BASELINE_DIR/$id.json")
+  ./build/shardbench report "${report_args[@]}" >/dev/null || failed+=("report: $id")
+  reports=$((reports + 1))
+done
+
 # --- summary ------------------------------------------------------------------------------------
 step "summary"
 echo "cells:      $OUTDIR/ (index.json)"
 [ -s "$BENCH_OUT" ] && echo "micro:      $BENCH_OUT"
 [ -d "$PLOTDIR" ] && echo "plots:      $PLOTDIR/"
+((reports > 0)) && echo "reports:    $OUTDIR/<cell>.html ($reports)"
 echo "log:        $LOG"
 echo "comparison: $verdict"
 if ((${#failed[@]})); then

@@ -7,7 +7,8 @@ PKGS=(build-essential cmake ninja-build pkg-config
       nlohmann-json3-dev libbenchmark-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev
       python3-matplotlib python3-numpy python3-jsonschema
       iproute2 util-linux ethtool
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev
+      chromium fonts-dejavu-core)  # the HTML report's browser test (headless) and its fonts
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

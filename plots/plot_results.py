@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 # Renders shardbench results files (results/schema.json) to PNGs with matplotlib (Agg):
 # throughput, memory breakdown, bytes intra/inter, collectives, size histograms, throughput vs
-# memory, step-time spread and loss. Draws what a file holds; judging it is compare.py's job.
+# memory, step-time spread, loss, the phase breakdown and (from --trace files) one step's
+# timeline. Draws what a file holds; judging it is compare.py's job.
 """Plot shardbench results.
 
 usage: python3 plots/plot_results.py RESULTS.json [MORE.json ...] --out plots/out
-                                     [--labels A,B,...] [--dpi 110]
+                                     [--labels A,B,...] [--dpi 110] [--trace-dir DIR]
 
 Writes into --out:
   throughput.png            tokens/s (global) per strategy
@@ -16,6 +17,10 @@ Writes into --out:
   throughput_vs_memory.png  tokens/s against peak memory per rank, labelled points
   step_time.png             step-time samples per strategy (box plots, ms)
   loss.png                  loss per step per strategy, and its distance from ddp
+  phases.png                median step split into forward, backward, optimizer, exposed
+                            communication and other (stacked, ms; the slowest rank's phases)
+  timeline.png              with --trace-dir (the folder of `shardbench run --trace`): one
+                            measured step of rank 0 per strategy, compute and comm lanes
 
 With several files, bars are grouped per strategy, one bar per file (label = file name
 without .json, or --labels). Strategies that failed (oom / error) keep their slot, marked
@@ -23,6 +28,7 @@ with their status, and their errors are listed under the figure.
 Exit status: 0 all plots written; 1 some plot failed; 2 unreadable / foreign input.
 """
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -217,6 +223,11 @@ def new_figure(plt, w=12, h=6.5):
 
 def save(fig, out, name, bottom):
     fig.tight_layout(rect=(0, bottom, 1, 1))
+    return write(fig, out, name)
+
+
+def write(fig, out, name):
+    """The one place a figure is written (report_html.py draws the same figures as SVG)."""
     path = Path(out) / name
     fig.savefig(path)
     return path
@@ -476,9 +487,7 @@ def plot_size_histogram(plt, runs, names, out):
     suptitle(fig, runs, "Collective payload sizes per step on one rank (histogram per strategy)")
     bottom = add_notes(fig, runs, names)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
-    path = Path(out) / "size_histogram.png"
-    fig.savefig(path)
-    return path
+    return write(fig, out, "size_histogram.png")
 
 
 def _place_labels(fig, ax, points, fontsize=8):
@@ -546,9 +555,7 @@ def plot_scatter(plt, runs, names, out):
     bottom = add_notes(fig, runs, names, header="Missing / failed (not plotted):")
     fig.tight_layout(rect=(0, bottom, 1, 1))
     _place_labels(fig, ax, points)
-    path = Path(out) / "throughput_vs_memory.png"
-    fig.savefig(path)
-    return path
+    return write(fig, out, "throughput_vs_memory.png")
 
 
 def plot_step_time(plt, runs, names, out):
@@ -633,8 +640,96 @@ def plot_loss(plt, runs, names, out):
                                                 header="Missing / failed (not plotted):"))
 
 
+PHASES = [("forward_s", "forward", "#4c72b0"), ("backward_s", "backward", "#55a868"),
+          ("optimizer_s", "optimizer", "#8172b3"), ("exposed_comm_s", "exposed comm", "#c44e52"),
+          ("other_s", "other", "#bbbbbb")]
+
+
+def plot_phases(plt, runs, names, out):
+    fig, ax = new_figure(plt)
+
+    def part(r, key):
+        v = get(r, f"phases.median.{key}")
+        return v * 1e3 if v is not None else None
+
+    def total(r):
+        v = get(r, "step_time_s.median")
+        return v * 1e3 if v is not None else None
+    _stacked(ax, runs, names, PHASES, part, total, "median step time")
+    for j, run in enumerate(runs):  # the overlap fraction above each bar
+        x, _ = layout(len(names), len(runs))
+        for i, name in enumerate(names):
+            ov = get(run.ok(name), "phases.median.overlap_fraction")
+            if ov is not None:
+                ax.annotate(f"{ov * 100:.0f}% hidden", (x(i, j), 0), ha="center", va="bottom",
+                            fontsize=6, xytext=(0, 2), textcoords="offset points", color="white")
+    finish_axes(ax, names, runs, "ms per step (median of each phase, slowest rank)")
+    ax.margins(y=0.15)
+    suptitle(fig, runs, "Where the step goes: compute phases and exposed communication")
+    return save(fig, out, "phases.png", add_notes(fig, runs, names))
+
+
+KIND_TRACE = {"all_reduce": "#1f77b4", "reduce_scatter": "#ff7f0e", "all_gather": "#2ca02c",
+              "broadcast": "#9467bd", "barrier": "#7f7f7f"}
+PHASE_TRACE = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#8172b3",
+               "step end": "#bbbbbb"}
+
+
+def load_traces(trace_dir):
+    """{strategy: trace document} for every <strategy>.trace.json in trace_dir."""
+    traces = {}
+    for path in sorted(Path(trace_dir).glob("*.trace.json")):
+        traces[path.name[:-len(".trace.json")]] = json.loads(path.read_text())
+    return traces
+
+
+def one_step(doc, pid=0):
+    """Rank pid's events of its middle traced step, times in ms from that step's start."""
+    ev = [e for e in doc.get("traceEvents", []) if e.get("ph") == "X" and e.get("pid") == pid]
+    steps = sorted({e["args"]["step"] for e in ev if "step" in e.get("args", {})})
+    if not steps:
+        return None, []
+    step = steps[len(steps) // 2]
+    ev = [e for e in ev if e.get("args", {}).get("step") == step]
+    t0 = min(e["ts"] for e in ev if e["name"].startswith("step "))
+    return step, [dict(e, ts=(e["ts"] - t0) / 1e3, dur=e["dur"] / 1e3) for e in ev]
+
+
+def plot_timeline(plt, trace_dir, out):
+    from matplotlib.patches import Patch
+    traces = load_traces(trace_dir)
+    names = [s for s in STRATEGY_ORDER if s in traces] + \
+        [s for s in traces if s not in STRATEGY_ORDER]
+    if not names:
+        raise ValueError(f"no *.trace.json in {trace_dir}")
+    fig, axes = plt.subplots(len(names), 1, figsize=(12, 1.1 * len(names) + 1.2), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        step, ev = one_step(traces[name])
+        for e in ev:
+            if e["tid"] == 1 and e["name"] in PHASE_TRACE:
+                ax.broken_barh([(e["ts"], e["dur"])], (1.1, 0.8), color=PHASE_TRACE[e["name"]])
+            elif e["tid"] == 1 and e["name"].startswith("wait"):
+                ax.broken_barh([(e["ts"], e["dur"])], (1.1, 0.8), color="#c44e52")
+            elif e["tid"] == 2:
+                ax.broken_barh([(e["ts"], e["dur"])], (0.1, 0.8),
+                               color=KIND_TRACE.get(e["name"], "#333333"), edgecolor="white",
+                               linewidth=0.3)
+        ax.set_yticks([0.5, 1.5], ["comm", "compute"], fontsize=7)
+        ax.set_ylim(0, 2)
+        ax.set_ylabel(f"{name}\n(step {step})", rotation=0, ha="right", va="center", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms from the start of the step (rank 0)")
+    handles = [Patch(color=c, label=k) for k, c in PHASE_TRACE.items()] + \
+        [Patch(color="#c44e52", label="compute blocked on comm")] + \
+        [Patch(color=c, label=k) for k, c in KIND_TRACE.items() if k != "barrier"]
+    fig.legend(handles=handles, fontsize=7, ncol=5, loc="lower center")
+    fig.suptitle("One measured step per strategy: compute and communication lanes (rank 0)",
+                 fontsize=10)
+    return save(fig, out, "timeline.png", 0.1)
+
+
 PLOTS = [plot_throughput, plot_memory, plot_comm_bytes, plot_collectives, plot_size_histogram,
-         plot_scatter, plot_step_time, plot_loss]
+         plot_scatter, plot_step_time, plot_loss, plot_phases]
 
 
 def main(argv):
@@ -645,6 +740,7 @@ def main(argv):
     ap.add_argument("--out", default="plots/out", help="output folder (default plots/out)")
     ap.add_argument("--labels", help="comma-separated labels, one per file")
     ap.add_argument("--dpi", type=int, default=110)
+    ap.add_argument("--trace-dir", help="folder of `shardbench run --trace` files: timeline.png")
     args = ap.parse_args(argv)
     labels = args.labels.split(",") if args.labels else None
     try:
@@ -668,7 +764,10 @@ def main(argv):
         print(f"error: cannot create {out}: {e.strerror}", file=sys.stderr)
         return 2
     failed = 0
-    for fn in PLOTS:
+    plots = list(PLOTS)
+    if args.trace_dir:
+        plots.append(lambda plt, runs, names, out: plot_timeline(plt, args.trace_dir, out))
+    for fn in plots:
         try:
             path = fn(plt, runs, names, out)
             print(f"wrote {path}")

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-# Tests the Python side of shardbench: results/schema.json + validate.py, plots/plot_results.py
-# and plots/compare.py, on synthetic results files from make_results() (no C++ build needed).
+# Tests the Python side of shardbench: results/schema.json + validate.py, plots/plot_results.py,
+# plots/compare.py and plots/report_html.py, on synthetic results files from make_results() (no
+# C++ build needed; the report in a browser: tests/cli/test_report_browser.py).
 # Runs with `python3 plots/test_plots.py` (unittest); keep it under 30 s.
 import contextlib
 import copy
@@ -30,7 +31,9 @@ COMPARE = ROOT / "plots" / "compare.py"
 ALL_STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
                   "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
 EXPECTED_PNGS = ["throughput.png", "memory.png", "comm_bytes.png", "collectives.png",
-                 "size_histogram.png", "throughput_vs_memory.png", "step_time.png", "loss.png"]
+                 "size_histogram.png", "throughput_vs_memory.png", "step_time.png", "loss.png",
+                 "phases.png"]
+REPORT = ROOT / "plots" / "report_html.py"
 
 
 def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, seq_len=128,
@@ -131,6 +134,13 @@ def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, s
             b = 1 << max(10, math.ceil(math.log2(max(size, 1))))
             hist[b] = hist.get(b, 0) + cnt
         loss0 = math.log(vocab)
+        ex = exposed * step_scale
+        busy = sum(b["time_s"] for b in by_kind)
+        per_step = [{"rank": i % n, "forward_s": (x - ex) / 3, "backward_s": (x - ex) * 0.6,
+                     "optimizer_s": (x - ex) / 15, "exposed_comm_s": ex, "other_s": 0.0,
+                     "step_s": x, "comm_busy_s": busy,
+                     "overlap_fraction": max(0.0, 1 - ex / busy) if busy else 0.0}
+                    for i, x in enumerate(samples)]
         results.append({
             "strategy": name, "status": "ok", "padded_params": psi_pad,
             "description": {"shards": shards, "shard_group": group, "granularity": gran},
@@ -154,6 +164,9 @@ def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, s
                      "size_histogram": [{"bucket_bytes_le": b, "count": c}
                                         for b, c in sorted(hist.items())],
                      "exposed_s": exposed * step_scale},
+            "phases": {"source": "synthetic", "per_step": per_step,
+                       "median": {k: sorted(p[k] for p in per_step)[len(per_step) // 2]
+                                  for k in per_step[0] if k != "rank"}},
             "loss": [loss0 * (0.97 ** s) + 1e-6 * (s % 3) for s in range(steps)],
             "param_checksum": 1234.5678,
         })
@@ -302,6 +315,65 @@ class PlotTest(Base):
                 self.assertTrue(p.is_file(), f"{png} missing: {out}")
                 self.assertEqual(p.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
                 self.assertGreater(p.stat().st_size, 5000)
+
+    def test_phases_plot_draws_files_without_phases_too(self):
+        old = make_results()
+        for r in old["results"]:
+            del r["phases"]  # written before phases existed: total-only bars, no crash
+        a = self.write("old.json", old)
+        b = self.write("new.json", make_results(seed=2))
+        rc, out = run(PLOT, a, b, "--out", self.dir / "p")
+        self.assertEqual(rc, 0, out)
+        self.assertTrue((self.dir / "p" / "phases.png").is_file())
+
+    def test_timeline_from_a_trace_dir(self):
+        trace = self.dir / "trace"
+        trace.mkdir()
+        ev = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0,
+               "args": {"name": "rank 0"}}]
+        for step in range(3):
+            t0 = step * 1000.0
+            ev += [{"name": f"step {step}", "ph": "X", "pid": 0, "tid": 1, "ts": t0, "dur": 900,
+                    "args": {"step": step}},
+                   {"name": "forward", "ph": "X", "pid": 0, "tid": 1, "ts": t0, "dur": 300,
+                    "args": {"step": step}},
+                   {"name": "backward", "ph": "X", "pid": 0, "tid": 1, "ts": t0 + 300,
+                    "dur": 500, "args": {"step": step}},
+                   {"name": "wait all_reduce", "ph": "X", "pid": 0, "tid": 1, "ts": t0 + 700,
+                    "dur": 100, "args": {"step": step, "seq": step}},
+                   {"name": "all_reduce", "ph": "X", "pid": 0, "tid": 2, "ts": t0 + 500,
+                    "dur": 300, "args": {"step": step, "seq": step, "kind": "all_reduce"}}]
+        (trace / "ddp.trace.json").write_text(json.dumps({"traceEvents": ev}))
+        a = self.write("r.json", make_results(strategies=["ddp"]))
+        rc, out = run(PLOT, a, "--trace-dir", trace, "--out", self.dir / "t")
+        self.assertEqual(rc, 0, out)
+        self.assertGreater((self.dir / "t" / "timeline.png").stat().st_size, 5000)
+        empty = self.dir / "empty"
+        empty.mkdir()
+        rc, out = run(PLOT, a, "--trace-dir", empty, "--out", self.dir / "u")
+        self.assertEqual(rc, 1, out)  # the other plots are written; the missing one is named
+        self.assertIn("no *.trace.json", out)
+
+    def test_html_report_has_one_row_per_strategy_and_fetches_nothing(self):
+        a = self.write("base.json", make_results())
+        b = self.write("new.json", make_results(seed=2, failed={"zero3": "oom"}))
+        hist = self.dir / "hist"
+        hist.mkdir()
+        for day in ("20250101T000000Z", "20250102T000000Z"):
+            (hist / f"{day}.json").write_text(json.dumps(make_results(seed=3)))
+        out = self.dir / "r.html"
+        rc, text = run(REPORT, b, "--baseline", a, "--history", hist, "--out", out)
+        self.assertEqual(rc, 0, text)
+        page = out.read_text()
+        body = page[page.index('<table id="results">'):]
+        body = body[:body.index("</table>")]
+        self.assertEqual(body.count("<tr>") - 1, len(ALL_STRATEGIES))  # minus the header row
+        self.assertIn("<td>oom</td>", body)
+        self.assertIn('<table id="baseline">', page)
+        self.assertIn('class="REGRESSED"', page)  # zero3 ok -> oom
+        self.assertIn("Trends over 2 dated runs", page)
+        self.assertNotIn("not drawn", page)
+        self.assertNotRegex(page, r'(src|href)="(https?:)?//')
 
     def test_corrupt_input_exits_2(self):
         bad = self.write("bad.json", "{\"suite\": \"shardbench\", ")

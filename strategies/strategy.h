@@ -113,9 +113,10 @@ class Strategy : public ModelHooks {
   virtual std::pair<const void*, DType> param_storage(int t) = 0;
   virtual std::pair<void*, DType> grad_storage(int t) = 0;
 
-  // Wait now when overlap is off; otherwise keep the handle for later.
+  // Wait now when overlap is off (the whole collective is exposed); otherwise keep the handle
+  // for later. Call it on the handle just issued.
   CommHandle maybe_wait(CommHandle h) {
-    if (!ctx_.options.overlap) h.wait();
+    if (!ctx_.options.overlap) h.wait_from_issue();
     return h;
   }
   int world() const { return ctx_.comm.topology().world_size(); }

@@ -16,9 +16,21 @@ namespace sb {
 namespace fs = std::filesystem;
 
 namespace {
-[[noreturn]] void reject(const std::string& flag, const std::string& path, const std::string& why) {
-  throw UsageError(
-      fmt::format("{} {}: {}; allowed: a file path in a writable directory", flag, path, why));
+[[noreturn]] void reject(const std::string& flag, const std::string& path, const std::string& why,
+                         const char* allowed = "a file path in a writable directory") {
+  throw UsageError(fmt::format("{} {}: {}; allowed: {}", flag, path, why, allowed));
+}
+
+// Creating a file is the real test of writability (access(W_OK) says yes to root on a
+// read-only mount); empty when `dir` takes files, else why not.
+std::string cannot_create_in(const fs::path& dir, const std::string& name) {
+  const std::string probe = (dir / fmt::format(".{}.probe.{}", name, getpid())).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return fmt::format("cannot create files in '{}' ({})", dir.string(), std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
 }
 }  // namespace
 
@@ -35,15 +47,24 @@ void prepare_output_path(const std::string& flag, const std::string& path) {
            fmt::format("cannot create directory '{}' ({})", parent.string(), ec.message()));
   if (!fs::is_directory(parent, ec))
     reject(flag, path, fmt::format("'{}' is not a directory", parent.string()));
-  // access(W_OK) says yes to root on a read-only mount; creating a file is the real test.
-  const std::string probe =
-      (parent / fmt::format(".{}.probe.{}", fs::path(path).filename().string(), getpid())).string();
-  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0)
+  const std::string why = cannot_create_in(parent, fs::path(path).filename().string());
+  if (!why.empty()) reject(flag, path, why);
+}
+
+void prepare_output_dir(const std::string& flag, const std::string& path) {
+  constexpr const char* kAllowed = "a writable directory";
+  if (path.empty()) reject(flag, "''", "empty", kAllowed);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) reject(flag, path, "is not a directory", kAllowed);
+  fs::create_directories(path, ec);
+  if (ec || !fs::is_directory(path))
     reject(flag, path,
-           fmt::format("cannot create files in '{}' ({})", parent.string(), std::strerror(errno)));
-  ::close(fd);
-  ::unlink(probe.c_str());
+           fmt::format("cannot create the directory ({})",
+                       ec ? ec.message() : std::string("a file is in the way")),
+           kAllowed);
+  const std::string why = cannot_create_in(path, "trace");
+  if (!why.empty()) reject(flag, path, why, kAllowed);
 }
 
 OutputLock::OutputLock(const std::string& flag, const std::string& path) {

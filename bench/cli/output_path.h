@@ -12,6 +12,10 @@ namespace sb {
 // Throws UsageError "FLAG PATH: <why>; allowed: a file path in a writable directory".
 void prepare_output_path(const std::string& flag, const std::string& path);
 
+// The same rule for a folder the command writes into (run --trace DIR): created with its
+// parents; throws UsageError "FLAG PATH: <why>; allowed: a writable directory".
+void prepare_output_dir(const std::string& flag, const std::string& path);
+
 // An exclusive flock(2) on the sidecar PATH.lock, held while the object lives (and released by
 // the kernel when the process dies, however it dies). The sidecar stays on disk: removing it
 // would let a third run lock a fresh inode while a second still holds the old one. Once it

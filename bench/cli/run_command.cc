@@ -25,6 +25,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
 #include "harness/run/report.h"
+#include "harness/run/trace.h"
 
 #ifdef SB_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -61,13 +62,15 @@ PeakCalibration initial_cpu_peak(const RunArgs& a) {
 
 // Rank 0 checks --out and takes its lock before the first strategy; every rank learns the
 // verdict through one broadcast, so a bad path or a second run on the same file stops them all.
-std::unique_ptr<OutputLock> claim_output(const std::string& path, MpiRuntime& mpi) {
+std::unique_ptr<OutputLock> claim_output(const std::string& path, const std::string& trace_dir,
+                                         MpiRuntime& mpi) {
   std::string verdict = "ok";
   std::unique_ptr<OutputLock> lock;
   if (mpi.rank() == 0) {
     try {
       prepare_output_path("--out", path);
       lock = std::make_unique<OutputLock>("--out", path);
+      if (!trace_dir.empty()) prepare_output_dir("--trace", trace_dir);
     } catch (const UsageError& e) {
       verdict = e.what();
     }
@@ -124,6 +127,24 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
 
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
+// Where the step went (median over measured steps of the slowest rank's phases, seconds).
+void print_phase_table(const std::vector<StrategyRun>& runs) {
+  fmt::print("\n{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n", "phases (median s)",
+             "forward", "backward", "optimizer", "exposed", "other", "step", "comm busy",
+             "overlap");
+  for (const auto& r : runs) {
+    if (r.status != "ok") continue;
+    const nlohmann::json m = phases_json(r.phases)["median"];
+    fmt::print("{:<26} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>10.4f} {:>7.0f}%\n",
+               r.strategy, double(m["forward_s"]), double(m["backward_s"]),
+               double(m["optimizer_s"]), double(m["exposed_comm_s"]), double(m["other_s"]),
+               double(m["step_s"]), double(m["comm_busy_s"]),
+               100 * double(m["overlap_fraction"]));
+  }
+  fmt::print("(exposed: compute thread blocked on communication; comm busy: comm thread's time "
+             "in collectives; overlap: busy time hidden behind compute)\n");
+}
+
 void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
   fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "strategy", "tokens/s",
              "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "status");
@@ -139,6 +160,7 @@ void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
                mib(r.sent_inter_all), median(r.exposed_s));
   }
   fmt::print("(intra/inter: bytes sent per step summed over ranks; peak: max over ranks)\n");
+  print_phase_table(runs);
 }
 
 }  // namespace
@@ -148,6 +170,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   if (!inside_mpi_job()) {  // fail before any MPI job starts; rank 0 checks again in the job
     prepare_output_path("--out", a.out);
     OutputLock probe("--out", a.out);
+    if (!a.trace.empty()) prepare_output_dir("--trace", a.trace);
   }
   if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv,
@@ -173,7 +196,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                  a.ranks_per_node, mpi.world_size()));
   const Topology topo = mpi.topology(a.ranks_per_node);
   const bool root = topo.rank() == 0;
-  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, mpi);
+  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
   if (cfg.fault.kind.rfind("kill-", 0) == 0) {  // a fault in the results write, not in a step
     if (root)
       set_write_fault(cfg.fault.step, cfg.fault.kind == "kill-mid-write" ? WriteFault::kMidWrite
@@ -277,6 +300,11 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                    run.error);
       std::fflush(stdout);
     }
+    if (!a.trace.empty() && run.status == "ok") {  // every rank: the gather is collective
+      const std::string path = write_strategy_trace(a.trace, run.strategy, run.trace, mpi);
+      if (root && !a.quiet) fmt::print("        trace: {}\n", path);
+    }
+    run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
     nlohmann::json result = result_json(run, cfg, topo, env);
     if (run.status == "ok") {
       // The model's view of the same config, and how far the measurement is from it.

@@ -54,6 +54,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
+  app->add_option("--trace", a.trace,
+                  "Directory for a Chrome/Perfetto trace per strategy (<strategy>.trace.json)");
   app->add_option("--peak-gflops", a.peak_gflops,
                   "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
   app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
@@ -187,6 +189,7 @@ RunConfig to_run_config(const RunArgs& a) {
   c.mem_limit_gb = a.mem_limit_gb;
   c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
   c.device = a.device;
+  c.trace = !a.trace.empty();
   // Below a second a busy, oversubscribed machine trips the watchdog on an ordinary wait.
   require(a.timeout_s >= 1 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "1..1000000");
   require(a.inject_slowdown >= 0 && a.inject_slowdown <= 10, "--inject-slowdown",

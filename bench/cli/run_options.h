@@ -47,6 +47,7 @@ struct RunArgs {
   double timeout_s = 600;  // watchdog on every collective
   bool resume = false;     // skip strategies already ok in --out (same config)
   std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
+  std::string trace;       // directory for one Chrome trace per strategy ("" = none)
 };
 
 // A usage error: printed as one line, exit code 2.

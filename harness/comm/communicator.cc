@@ -6,11 +6,14 @@
 #include "harness/comm/communicator.h"
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "harness/comm/watchdog.h"
 #include "harness/common/check.h"
@@ -18,27 +21,45 @@
 namespace sb {
 namespace {
 using Clock = std::chrono::steady_clock;
-int64_t ns_since(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+int64_t ns_of(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 }  // namespace
+
+// Time the issuing thread spent blocked: the exposed-time tally, and the wait log (trace only).
+struct BlockedTally {
+  std::atomic<int64_t> ns{0};
+  std::atomic<bool> log_on{false};
+  std::mutex m;
+  std::vector<CommWait> log;
+  void add(uint64_t seq, Clock::time_point t0) { add(seq, ns_of(t0), ns_of(Clock::now())); }
+  void add(uint64_t seq, int64_t begin_ns, int64_t end_ns) {
+    ns.fetch_add(end_ns - begin_ns);
+    if (!log_on.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lock(m);
+    log.push_back(CommWait{seq, begin_ns, end_ns});
+  }
+  // A simulated backend's wait: `blocked` logical seconds ending at the caller's clock now.
+  void add_simulated(uint64_t seq, double blocked_s, double now_s) {
+    add(seq, int64_t(std::llround((now_s - blocked_s) * 1e9)), int64_t(std::llround(now_s * 1e9)));
+  }
+};
 
 struct CommHandle::State {
   std::mutex m;
   std::condition_variable cv;
   std::atomic<bool> done{false};
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns;  // the communicator's exposed-time tally
+  uint64_t seq = 0;                     // issue order on the communicator
+  Clock::time_point issued_at;          // when submit() queued it
+  std::shared_ptr<BlockedTally> tally;  // the communicator's
   CommBackend* simulated = nullptr;  // set when the backend runs at issue: its logical clock
   double end_s = 0;                  // and the op's logical completion time on it
 };
 
-namespace {
-void add_seconds(std::atomic<int64_t>& ns, double s) { ns.fetch_add(int64_t(s * 1e9 + 0.5)); }
-}  // namespace
-
 void CommHandle::wait() {
   if (state_ && state_->simulated) {
-    add_seconds(*state_->blocked_ns, state_->simulated->wait_until(state_->end_s));
+    const double blocked = state_->simulated->wait_until(state_->end_s);
+    state_->tally->add_simulated(state_->seq, blocked, state_->simulated->now_s());
     return;
   }
   if (!state_ || state_->done.load(std::memory_order_acquire)) return;
@@ -47,7 +68,16 @@ void CommHandle::wait() {
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
   }
-  state_->blocked_ns->fetch_add(ns_since(t0));
+  state_->tally->add(state_->seq, t0);
+}
+
+void CommHandle::wait_from_issue() {
+  if (!state_ || state_->simulated) return wait();  // the logical clock has not moved since
+  {
+    std::unique_lock<std::mutex> lock(state_->m);
+    state_->cv.wait(lock, [&] { return state_->done.load(std::memory_order_acquire); });
+  }
+  state_->tally->add(state_->seq, state_->issued_at);
 }
 
 bool CommHandle::done() const {
@@ -62,7 +92,7 @@ struct Communicator::Impl {
     std::shared_ptr<CommHandle::State> state;
   };
   std::unique_ptr<CommBackend> backend;
-  std::shared_ptr<std::atomic<int64_t>> blocked_ns = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<BlockedTally> tally = std::make_shared<BlockedTally>();
   std::mutex m;
   std::condition_variable cv_work, cv_idle;
   std::deque<Task> queue;
@@ -88,7 +118,7 @@ Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> ba
         task = std::move(impl->queue.front());
         impl->queue.pop_front();
       }
-      run_and_record(task.op, std::move(task.tag));
+      run_and_record(task.op, std::move(task.tag), task.state->seq);
       {
         std::lock_guard<std::mutex> lock(task.state->m);
         task.state->done.store(true, std::memory_order_release);
@@ -114,7 +144,7 @@ Communicator::~Communicator() {
 
 std::string Communicator::backend_name() const { return impl_->backend->name(); }
 
-BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag) {
+BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq) {
   const auto t0 = Clock::now();
   BackendResult res;
   if (impl_->backend->runs_at_issue()) {
@@ -128,8 +158,17 @@ BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string t
                           ") waiting on ring predecessor rank " + std::to_string(prev));
     res = impl_->backend->run(op);
   }
-  const double wall_s = double(ns_since(t0)) * 1e-9;
+  const auto t1 = Clock::now();
+  const double wall_s = std::chrono::duration<double>(t1 - t0).count();
   LedgerEntry e;
+  e.seq = seq;
+  if (res.end_s >= 0) {  // simulated: the op's interval on the logical comm stream
+    e.start_ns = std::llround((res.end_s - res.device_seconds) * 1e9);
+    e.end_ns = std::llround(res.end_s * 1e9);
+  } else {
+    e.start_ns = ns_of(t0);
+    e.end_ns = ns_of(t1);
+  }
   e.kind = op.kind;
   e.group = op.group->kind;
   e.group_size = op.group->size();
@@ -200,9 +239,10 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
   CollectiveOp op = issued;
   op.issue_mark = impl_->backend->on_issue();  // on this thread, in issue order
   auto state = std::make_shared<CommHandle::State>();
-  state->blocked_ns = impl_->blocked_ns;
+  state->tally = impl_->tally;
   if (impl_->backend->runs_at_issue()) {
-    const BackendResult res = run_and_record(op, std::move(tag));
+    state->seq = impl_->issued++;  // no comm thread: nothing else touches the counters
+    const BackendResult res = run_and_record(op, std::move(tag), state->seq);
     state->simulated = impl_->backend.get();
     state->end_s = res.end_s;
     state->done.store(true);
@@ -211,6 +251,8 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
   {
     std::lock_guard<std::mutex> lock(impl_->m);
     SB_CHECK(!impl_->stop, "collective issued on a communicator being destroyed");
+    state->seq = impl_->issued;
+    state->issued_at = Clock::now();
     impl_->queue.push_back(Impl::Task{op, std::move(tag), state});
     ++impl_->issued;
   }
@@ -220,7 +262,8 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
 
 void Communicator::synchronize() {
   if (impl_->backend->runs_at_issue()) {
-    add_seconds(*impl_->blocked_ns, impl_->backend->wait_all());
+    const double blocked = impl_->backend->wait_all();
+    impl_->tally->add_simulated(CommWait::kAllOps, blocked, impl_->backend->now_s());
     return;
   }
   const auto t0 = Clock::now();
@@ -228,10 +271,20 @@ void Communicator::synchronize() {
     std::unique_lock<std::mutex> lock(impl_->m);
     impl_->cv_idle.wait(lock, [&] { return impl_->completed == impl_->issued; });
   }
-  impl_->blocked_ns->fetch_add(ns_since(t0));
+  impl_->tally->add(CommWait::kAllOps, t0);
 }
 
-double Communicator::blocked_seconds() const { return double(impl_->blocked_ns->load()) * 1e-9; }
-void Communicator::reset_blocked_seconds() { impl_->blocked_ns->store(0); }
+double Communicator::blocked_seconds() const { return double(impl_->tally->ns.load()) * 1e-9; }
+void Communicator::reset_blocked_seconds() { impl_->tally->ns.store(0); }
+
+void Communicator::record_waits(bool on) {
+  impl_->tally->log_on.store(on);
+  if (!on) take_waits();
+}
+
+std::vector<CommWait> Communicator::take_waits() {
+  std::lock_guard<std::mutex> lock(impl_->tally->m);
+  return std::exchange(impl_->tally->log, {});
+}
 
 }  // namespace sb

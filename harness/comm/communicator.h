@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "harness/comm/ledger.h"
 #include "harness/common/dtype.h"
@@ -64,6 +65,17 @@ class CommBackend {
   virtual bool done_by_now(double end_s) const { return true; }
   // The caller's clock waits until every issued op is done; returns the seconds blocked.
   virtual double wait_all() { return 0; }
+  // The caller's logical clock now (seconds): where wait_until/wait_all left it. The wait log
+  // and the ledger's start_ns/end_ns of a simulated run are on this clock.
+  virtual double now_s() const { return 0; }
+};
+
+// One stretch the issuing thread spent blocked: in wait() on the op issued `seq`-th, or in
+// synchronize() (seq == kAllOps). Steady-clock nanoseconds, as LedgerEntry::start_ns.
+struct CommWait {
+  static constexpr uint64_t kAllOps = ~uint64_t(0);
+  uint64_t seq = kAllOps;
+  int64_t begin_ns = 0, end_ns = 0;
 };
 
 class CommHandle {
@@ -72,6 +84,11 @@ class CommHandle {
   CommHandle() = default;
   explicit CommHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}
   void wait();        // blocks until done; time blocked is added to the communicator's tally
+  // wait() for a caller that has done nothing since issuing this op (--overlap off): all the
+  // time since the issue counts as blocked, also where the comm thread finished the op while
+  // the caller was descheduled (on oversubscribed cores, wait() would find it done and count
+  // nothing, and the communication would look hidden).
+  void wait_from_issue();
   bool done() const;  // non-blocking test
   bool valid() const { return state_ != nullptr; }
 
@@ -105,20 +122,20 @@ class Communicator {
   CommHandle barrier_async(GroupKind g);
 
   void all_reduce(void* buf, size_t count, DType t, GroupKind g, std::string tag = {}) {
-    all_reduce_async(buf, count, t, g, std::move(tag)).wait();
+    all_reduce_async(buf, count, t, g, std::move(tag)).wait_from_issue();
   }
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType t, GroupKind g,
                       std::string tag = {}) {
-    reduce_scatter_async(send, recv, recv_count, t, g, std::move(tag)).wait();
+    reduce_scatter_async(send, recv, recv_count, t, g, std::move(tag)).wait_from_issue();
   }
   void all_gather(const void* send, void* recv, size_t send_count, DType t, GroupKind g,
                   std::string tag = {}) {
-    all_gather_async(send, recv, send_count, t, g, std::move(tag)).wait();
+    all_gather_async(send, recv, send_count, t, g, std::move(tag)).wait_from_issue();
   }
   void broadcast(void* buf, size_t count, DType t, int root_index, GroupKind g) {
-    broadcast_async(buf, count, t, root_index, g).wait();
+    broadcast_async(buf, count, t, root_index, g).wait_from_issue();
   }
-  void barrier(GroupKind g) { barrier_async(g).wait(); }
+  void barrier(GroupKind g) { barrier_async(g).wait_from_issue(); }
 
   // Waits for every issued collective (end of step).
   void synchronize();
@@ -126,6 +143,9 @@ class Communicator {
   // communication that was not hidden behind compute ("exposed communication").
   double blocked_seconds() const;
   void reset_blocked_seconds();
+  // The trace's wait log: while on, every blocked stretch is kept until take_waits().
+  void record_waits(bool on);
+  std::vector<CommWait> take_waits();
 
   // The ledger is appended by the comm thread; read it only after synchronize().
   Ledger& ledger() { return ledger_; }
@@ -135,7 +155,8 @@ class Communicator {
   CommHandle submit(const CollectiveOp& op, std::string tag);  // validate, queue, return handle
   // Runs op on the backend and appends its ledger entry (comm thread, or the caller's for a
   // backend that runs at issue).
-  BackendResult run_and_record(const CollectiveOp& op, std::string tag);
+  // seq: the op's issue order (LedgerEntry::seq).
+  BackendResult run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq);
   const Topology& topo_;
   Ledger& ledger_;
   std::unique_ptr<Impl> impl_;

@@ -114,6 +114,31 @@ std::vector<double> MpiRuntime::gather_to_root(double v) const {
   return all;
 }
 
+std::vector<std::string> MpiRuntime::gather_strings_to_root(const std::string& s) const {
+  Watchdog::Scope watch("string gather to rank 0 (MPI_Gatherv on the world) on the main thread");
+  const bool root = rank() == 0;
+  const int n = world_size();
+  SB_CHECK(s.size() < (size_t(1) << 31), "string gather: " << s.size() << " bytes exceeds 2 GiB");
+  const int len = int(s.size());
+  std::vector<int> lens(root ? size_t(n) : 0), offsets(lens.size());
+  // after this gather rank 0 knows every rank's length
+  MPI_Gather(&len, 1, MPI_INT, root ? lens.data() : nullptr, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int64_t total = 0;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    SB_CHECK(total + lens[r] < (int64_t(1) << 31), "string gather: more than 2 GiB in all");
+    offsets[r] = int(total);
+    total += lens[r];
+  }
+  std::string all(size_t(total), '\0');
+  // after this gather rank 0 holds every rank's string, back to back in rank order
+  MPI_Gatherv(s.data(), len, MPI_CHAR, root ? all.data() : nullptr, lens.data(), offsets.data(),
+              MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < lens.size(); ++r)
+    out.push_back(all.substr(size_t(offsets[r]), size_t(lens[r])));
+  return out;
+}
+
 void MpiRuntime::barrier() const {
   Watchdog::Scope watch("barrier (MPI_Barrier on the world) on the main thread");
   // after this barrier every rank has reached the same point

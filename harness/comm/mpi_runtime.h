@@ -30,6 +30,8 @@ class MpiRuntime {
   uint64_t max_over_ranks_u64(uint64_t v) const;
   uint64_t sum_over_ranks_u64(uint64_t v) const;
   std::vector<double> gather_to_root(double v) const;  // size world on rank 0, empty elsewhere
+  // Every rank's string, in rank order, on rank 0 (empty elsewhere).
+  std::vector<std::string> gather_strings_to_root(const std::string& s) const;
   void barrier() const;
   void broadcast_string(std::string& s, int root) const;
   [[noreturn]] void abort(int code) const;

@@ -200,6 +200,7 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   p.fits = double(p.peak) <= p.limit_bytes;
   p.traffic = step_account.finish();
   fill_time(p, run, measured.busy_s(), shape, cfg, cluster, N);
+  if (!shape.bare) p.phases = run.phases;
   return p;
 }
 

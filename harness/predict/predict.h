@@ -44,6 +44,9 @@ struct Prediction {
   double flops_per_rank = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
   double total_overlap_s = 0, total_no_overlap_s = 0, step_s = 0;  // step_s: as configured
   double tokens_per_s = 0, mfu = 0;
+  // The dry run's measured step by phase on the simulated clocks (PhaseClock, as a run's);
+  // empty for a bare parameter count, whose compute is not run step by step.
+  std::vector<StepPhases> phases;
 };
 
 // The prediction config of a run's own config on its topology.

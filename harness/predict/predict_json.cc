@@ -62,7 +62,7 @@ json prediction_json(const Prediction& p) {
   for (int i = 0; i < 64; ++i)
     if (t.size_histogram[i] > 0)
       histogram.push_back({{"bucket_bytes_le", uint64_t(1) << i}, {"count", t.size_histogram[i]}});
-  return json{
+  json j = json{
       {"strategy", p.strategy},
       {"status", "predicted"},
       {"description",
@@ -108,6 +108,8 @@ json prediction_json(const Prediction& p) {
         {"mfu", p.mfu},
         {"flops_per_step_per_rank", p.flops_per_rank}}},
       {"fits", p.fits}};
+  if (!p.phases.empty()) j["phases"] = phases_json(p.phases);  // as a run's results[].phases
+  return j;
 }
 
 json prediction_document(const PredictConfig& cfg, const Cluster& cluster,

@@ -26,6 +26,7 @@ class SimBackend final : public CommBackend {
   double wait_until(double end_s) override;
   bool done_by_now(double end_s) const override { return end_s <= clock_.compute_s; }
   double wait_all() override { return wait_until(clock_.comm_free_s); }
+  double now_s() const override { return clock_.compute_s; }
 
  private:
   SimClock& clock_;

@@ -14,12 +14,40 @@
 #include <stdexcept>
 
 #include "harness/model/gpt.h"
+#include "harness/run/phase_clock.h"
 
 namespace sb {
 
 using nlohmann::json;
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50); }
+
+nlohmann::json phases_json(const std::vector<StepPhases>& steps) {
+  using Get = double (*)(const StepPhases&);
+  const std::pair<const char*, Get> fields[] = {
+      {"forward_s", [](const StepPhases& s) { return s.forward_s; }},
+      {"backward_s", [](const StepPhases& s) { return s.backward_s; }},
+      {"optimizer_s", [](const StepPhases& s) { return s.optimizer_s; }},
+      {"exposed_comm_s", [](const StepPhases& s) { return s.exposed_comm_s; }},
+      {"other_s", [](const StepPhases& s) { return s.other_s; }},
+      {"step_s", [](const StepPhases& s) { return s.step_s; }},
+      {"comm_busy_s", [](const StepPhases& s) { return s.comm_busy_s; }},
+      {"overlap_fraction", [](const StepPhases& s) { return s.overlap_fraction(); }}};
+  nlohmann::json per_step = nlohmann::json::array(), med = nlohmann::json::object();
+  for (const StepPhases& s : steps) {
+    nlohmann::json j = {{"rank", s.rank}};
+    for (const auto& [key, get] : fields) j[key] = get(s);
+    per_step.push_back(std::move(j));
+  }
+  for (const auto& [key, get] : fields) {
+    std::vector<double> v;
+    for (const StepPhases& s : steps) v.push_back(get(s));
+    med[key] = median(v);
+  }
+  return {{"source", "per measured step, the rank that set the step time (the slowest)"},
+          {"per_step", per_step},
+          {"median", med}};
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -135,6 +163,7 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                       {"min", run.step_time_s.empty() ? 0 : *std::min_element(run.step_time_s.begin(), run.step_time_s.end())},
                       {"max", run.step_time_s.empty() ? 0 : *std::max_element(run.step_time_s.begin(), run.step_time_s.end())},
                       {"samples", run.step_time_s}};
+  if (run.status == "ok") r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
   const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank * cfg.model.seq_len;
   const double flops = flops_per_step(cfg.model, tokens);
   const double achieved = med > 0 ? flops / med : 0;

@@ -42,6 +42,8 @@ std::string git_commit();
 std::string host_name();
 std::string utc_now_iso();
 double median(std::vector<double> v);
+// results[].phases of the JSON, and the prediction's phases (schema: results/schema.json).
+nlohmann::json phases_json(const std::vector<StepPhases>& steps);
 double percentile(std::vector<double> v, double p);
 // nccl-tests PERFORMANCE.md: busbw = algbw * factor.
 double busbw_factor(CollKind k, int n);

@@ -51,21 +51,25 @@ class GptWorkload final : public Workload {
   GptModel model_;
 };
 
-// One training step of this rank; returns its local loss.
+// One training step of this rank, its phases marked on `clock`; returns its local loss.
 float one_step(Workload& model, Strategy& strategy, int step, const std::vector<int>& tokens,
-               const std::vector<int>& targets) {
+               const std::vector<int>& targets, PhaseClock& clock) {
   strategy.begin_step();
-  const float loss = model.forward(tokens.data(), targets.data(), strategy);
-  model.backward(strategy);
+  const float loss = model.forward(tokens.data(), targets.data(), clock.hooks(strategy));
+  clock.end(Phase::kForward);
+  model.backward(clock.hooks(strategy));
   strategy.finish_backward();
+  clock.end(Phase::kBackward);
   strategy.optimizer_step(step + 1);
+  clock.end(Phase::kOptimizer);
   return loss;
 }
 
 // Warm-up + measured steps: losses, step times and exposed communication, reduced over ranks.
 void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainContext& ctx,
-               MemoryTracker& memory, StrategyRun& run) {
+               const ModelLayout& layout, MemoryTracker& memory, StrategyRun& run) {
   Communicator& comm = ctx.comm;
+  PhaseClock clock(comm, ctx.device, layout, cfg.trace);  // per-phase time, --trace timeline
   const Topology& topo = comm.topology();
   const int N = topo.world_size(), b = cfg.batch_per_rank, T = cfg.model.seq_len;
   std::vector<int> tokens(size_t(b) * T), targets(size_t(b) * T);
@@ -84,13 +88,15 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
     const size_t ledger_mark = comm.ledger().size();
     comm.reset_blocked_seconds();
     const double t0 = ctx.device.now_s();
-    const float loss = one_step(model, strategy, step, tokens, targets);
+    clock.begin_step(step >= cfg.warmup);
+    const float loss = one_step(model, strategy, step, tokens, targets, clock);
     comm.synchronize();
     ctx.device.synchronize();
     if (cfg.inject_slowdown > 0)  // hidden test flag: a real, proportional slowdown
       std::this_thread::sleep_for(
           std::chrono::duration<double>(cfg.inject_slowdown * (ctx.device.now_s() - t0)));
-    const double local_time = ctx.device.now_s() - t0;
+    clock.end(Phase::kStepEnd);
+    const double local_time = clock.end_step(comm.ledger(), ledger_mark);
     const double local_exposed = comm.blocked_seconds();
     throw_if_any_rank_over_limit(ctx.ranks, memory);
     run.loss.push_back(ctx.ranks.sum(double(loss)) / N);
@@ -104,6 +110,8 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
     }
   }
   for (StepObserver* o : ctx.observers) o->measured_end();
+  run.phases = slowest_rank_phases(clock.local_steps(), ctx.ranks, comm.topology());
+  run.trace = clock.take_trace();
 }
 
 // Model state at rest, the peak window's figures and the final parameters' checksum.
@@ -156,7 +164,7 @@ Verdict train(const StrategyEntry& entry, const RunConfig& cfg, TrainContext& ct
     ctx.comm.synchronize();
     throw_if_any_rank_over_limit(ctx.ranks, memory);
     run.padded_params = strategy->padded_params();
-    run_steps(*model, *strategy, cfg, ctx, memory, run);
+    run_steps(*model, *strategy, cfg, ctx, layout, memory, run);
     record_memory_and_params(*strategy, ctx, memory, run);
   } catch (const OutOfMemory& e) {
     verdict = Verdict::kOom;
@@ -190,6 +198,8 @@ bool agree_on_verdict(Verdict mine, CrossRank& ranks, const Topology& topo, Stra
   run.error = msg;
   run.step_time_s.clear();
   run.step_entries.clear();
+  run.phases.clear();
+  run.trace = RankTrace{};
   return false;
 }
 

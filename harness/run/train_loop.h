@@ -15,6 +15,7 @@
 #include "harness/device/device.h"
 #include "harness/memory/tracker.h"
 #include "harness/model/config.h"
+#include "harness/run/phase_clock.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -28,6 +29,7 @@ struct RunConfig {
   CollectiveImpl collectives = CollectiveImpl::kRing;
   std::string device = "cpu";
   StrategyOptions options;
+  bool trace = false;  // build each rank's timeline (--trace; harness/run/trace.h writes it)
   // Hidden test flag --inject-fault rank:step:kind. `step` counts every step this process has
   // run across the matrix (0-based), so strategy k's first step is k * (warmup + steps).
   struct Fault { int rank = -1; int step = -1; std::string kind; } fault;  // exit | hang | oom
@@ -46,6 +48,8 @@ struct StrategyRun {
   uint64_t padded_params = 0;
   std::vector<double> step_time_s;   // per measured step, max over ranks
   std::vector<double> exposed_s;     // per measured step, max over ranks
+  std::vector<StepPhases> phases;    // per measured step, the slowest rank's (phase_clock.h)
+  RankTrace trace;                   // this rank's timeline of the measured steps (--trace)
   std::vector<double> loss;          // per step (warm-up included), mean over ranks
   uint64_t peak_bytes = 0;           // max over ranks
   MemBreakdown breakdown_at_peak{};  // of the rank with the highest peak

@@ -363,6 +363,28 @@ TEST(LedgerFromCommunicator, BackendMarksEachOpOnTheIssuingThreadAndRunSeesTheMa
   }
 }
 
+// --overlap off (Strategy::maybe_wait) and the synchronous calls: the caller did nothing since
+// the issue, so all of it is exposed, even where the op finished before the caller got to its
+// wait (a caller descheduled on oversubscribed cores): wait() would count nothing there.
+TEST(LedgerFromCommunicator, WaitFromIssueCountsTheTimeSinceTheIssue) {
+  const Topology t;
+  Ledger ledger;
+  Communicator comm(t, std::make_unique<FakeBackend>(), ledger);
+  float x = 1;
+  CommHandle h = comm.all_reduce_async(&x, 1, DType::kF32, GroupKind::kWorld);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  ASSERT_TRUE(h.done());
+  CommHandle copy = h;
+  copy.wait();
+  EXPECT_EQ(comm.blocked_seconds(), 0.0) << "wait() on a done op counts nothing";
+  h.wait_from_issue();
+  EXPECT_GE(comm.blocked_seconds(), 0.04);
+  EXPECT_LT(comm.blocked_seconds(), 10.0);
+  comm.reset_blocked_seconds();
+  comm.all_reduce(&x, 1, DType::kF32, GroupKind::kWorld);  // synchronous: exposed as well
+  EXPECT_GT(comm.blocked_seconds(), 0.0);
+}
+
 TEST(LedgerFromCommunicator, WaitBlocksUntilDoneAndCountsBlockedTime) {
   const Topology t;
   auto backend = std::make_unique<FakeBackend>();

@@ -70,5 +70,34 @@ TEST(SimClock, OverlapOffExposesEveryCollectiveOnHidesSome) {
   }
 }
 
+// The dry run's step by phase (PhaseClock on the logical clocks): the phases partition the
+// predicted step, the comm stream's busy time is the step's collectives back to back, and with
+// overlap off every collective is exposed: exposed == busy (whole nanoseconds per wait).
+TEST(SimClock, PredictedPhasesPartitionTheStepAndOverlapOffExposesAllOfIt) {
+  PredictConfig cfg = bf16_config("gpt2-1.5b", 16);
+  const Cluster cl = load_cluster("dgx-a100-80g");
+  for (const std::string& s : {std::string("ddp"), std::string("zero3")})
+    for (bool overlap : {false, true}) {
+      cfg.options.overlap = overlap;
+      const Prediction p = predict(cfg, s, cl);
+      ASSERT_FALSE(p.phases.empty()) << s;
+      const StepPhases& ph = p.phases.back();
+      const double sum =
+          ph.forward_s + ph.backward_s + ph.optimizer_s + ph.exposed_comm_s + ph.other_s;
+      EXPECT_NEAR(sum, ph.step_s, 1e-12 * ph.step_s) << s;
+      EXPECT_DOUBLE_EQ(ph.step_s, p.step_s) << s;
+      EXPECT_NEAR(ph.comm_busy_s, p.comm_s, 1e-9 * p.comm_s) << s;
+      EXPECT_NEAR(ph.exposed_comm_s, p.exposed_s, 1e-9) << s;
+      EXPECT_GT(ph.forward_s, 0) << s;
+      EXPECT_GT(ph.backward_s, 0) << s;
+      if (!overlap) {
+        EXPECT_NEAR(ph.exposed_comm_s, ph.comm_busy_s, 1e-9 * double(p.traffic.collectives)) << s;
+        EXPECT_NEAR(ph.overlap_fraction(), 0.0, 1e-9) << s;
+      } else {
+        EXPECT_GT(ph.overlap_fraction(), 0.0) << s << ": backward hides some communication";
+      }
+    }
+}
+
 }  // namespace
 }  // namespace sb
