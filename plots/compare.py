@@ -58,10 +58,12 @@ SAME_TOP = ["kind", "backend", "traffic_accounting"]
 SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "batch_per_rank",
                "seq_len", "precision", "wrap", "bucket_mb", "collectives", "backward_prefetch",
                "forward_prefetch", "limit_all_gathers", "overlap", "prefetch_elements",
-               "persist_elements", "matmul_precision"]
+               "persist_elements", "matmul_precision", "zero_grad_reduce", "reuse_distance"]
 # What a key missing from an older file meant (files before matmul_precision computed every
-# matmul in fp32).
-CONFIG_DEFAULTS = {"matmul_precision": "fp32"}
+# matmul in fp32; files before zero_grad_reduce ran the ZeRO paper's schedule: reduce-scatter,
+# every ZeRO-3 gather released).
+CONFIG_DEFAULTS = {"matmul_precision": "fp32", "zero_grad_reduce": "reduce_scatter",
+                   "reuse_distance": 0}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

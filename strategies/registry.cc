@@ -12,6 +12,28 @@ uint64_t StrategyOptions::bucket_elements() const {
   return std::max<uint64_t>(1, uint64_t(bytes / double(dtype_bytes(grad_dtype()))));
 }
 
+namespace {
+struct ZeroScheduleSpec {
+  ZeroSchedule schedule;
+  ZeroGradReduce grad_reduce;
+  uint64_t reuse_distance;
+};
+// shipped: DeepSpeed's defaults (zero/config.py: reduce_scatter, use_multi_rank_bucket_allreduce,
+// stage3_max_reuse_distance 1e9); paper: ZeRO §5 (reduce-scatter; every gather released).
+constexpr ZeroScheduleSpec kZeroSchedules[] = {
+    {ZeroSchedule::kShipped, ZeroGradReduce::kBucketAllReduce, 1'000'000'000},
+    {ZeroSchedule::kPaper, ZeroGradReduce::kReduceScatter, 0},
+};
+}  // namespace
+
+void apply_zero_schedule(ZeroSchedule s, StrategyOptions& o) {
+  for (const auto& spec : kZeroSchedules)
+    if (spec.schedule == s) {
+      o.zero_grad_reduce = spec.grad_reduce;
+      o.reuse_distance = spec.reuse_distance;
+    }
+}
+
 const std::vector<StrategyEntry>& strategy_registry() {
   static const std::vector<StrategyEntry> registry = [] {
     std::vector<StrategyEntry> r;

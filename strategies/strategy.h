@@ -22,6 +22,12 @@ namespace sb {
 enum class Precision { kFp32, kBf16Mixed };
 enum class BackwardPrefetch { kNone, kPre, kPost };
 enum class Granularity { kBucket, kTensor, kUnit };
+// ZeRO-1/2 gradient reduction. DeepSpeed as shipped (stage_1_and_2.py average_tensor with
+// reduce_scatter and use_multi_rank_bucket_allreduce both true, the defaults) all-reduces each
+// bucket and keeps the owned slice (allreduce_and_scatter); the ZeRO paper reduce-scatters.
+enum class ZeroGradReduce { kBucketAllReduce, kReduceScatter };
+// Named settings: DeepSpeed's defaults as shipped, or the ZeRO paper's ideal schedule.
+enum class ZeroSchedule { kShipped, kPaper };
 
 // Every knob a strategy may read; the CLI fills it, the JSON echoes it.
 struct StrategyOptions {
@@ -34,6 +40,10 @@ struct StrategyOptions {
   bool overlap = true;                   // async collectives; off = wait on each at once
   uint64_t prefetch_elements = 50'000'000;  // ZeRO-3 stage3_prefetch_bucket_size
   uint64_t persist_elements = 0;            // ZeRO-3 stage3_param_persistence_threshold
+  ZeroGradReduce zero_grad_reduce = ZeroGradReduce::kBucketAllReduce;  // ZeRO-1/2, as shipped
+  // ZeRO-3 stage3_max_reuse_distance (elements): a tensor used again within it is kept
+  // gathered (partitioned_param_coordinator.py __params_to_release); 0 = always release.
+  uint64_t reuse_distance = 1'000'000'000;
   AdamWConfig adamw;
   uint64_t seed = 1234;
 
@@ -41,6 +51,9 @@ struct StrategyOptions {
   DType grad_dtype() const { return param_dtype(); }
   uint64_t bucket_elements() const;  // bucket_mb in elements of the grad dtype
 };
+
+// The knobs each named ZeRO schedule sets (a spec table: see registry.cc).
+void apply_zero_schedule(ZeroSchedule s, StrategyOptions& o);
 
 // What a strategy is, in one place: the run, the tests and the predictor all read this.
 struct StrategyDescription {

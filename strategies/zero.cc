@@ -1,9 +1,10 @@
 // ZeRO-1 and ZeRO-2 (Rajbhandari et al. 2020, §5.1–5.2; DeepSpeed stage 1/2): full parameters
-// on every rank; optimizer state (and for ZeRO-2 the gradients) sharded over the world. Each
-// gradient bucket is padded to N and reduce-scattered, rank r owning chunk r of every bucket;
-// AdamW updates the owned chunks and an all-gather refreshes the full parameters.
-// The two stages differ in one knob: whether full gradients are kept (stage 1) or each bucket
-// is reduce-scattered as soon as it is complete and only the owned chunk is kept (stage 2).
+// on every rank; optimizer state (and for ZeRO-2 the gradients) sharded over the world, rank r
+// owning chunk r of every bucket (padded to N). Each gradient bucket is reduced as DeepSpeed
+// ships it (stage_1_and_2.py average_tensor -> allreduce_and_scatter: one all-reduce of the
+// bucket, each rank keeping its owned slice) or as the paper has it (a reduce-scatter); AdamW
+// updates the owned chunks and an all-gather refreshes the full parameters. Stage 1 reduces
+// after backward (reduce_gradients), stage 2 as each bucket completes in the backward hooks.
 #include <memory>
 
 #include "strategies/buckets.h"
@@ -59,7 +60,7 @@ class Zero final : public Strategy {
     for (int t : ctx_.model.modules[m].tensors) {
       if (ready_[t] != m) continue;
       const int b = plan_.bucket_of_tensor[t];
-      if (--left_[b] == 0) reduce_scatter_bucket(b, staging_[b].data());
+      if (--left_[b] == 0) reduce_bucket(b, staging_[b].data());
     }
     release_finished_staging();
   }
@@ -67,14 +68,17 @@ class Zero final : public Strategy {
   void finish_backward() override {
     if (stage() == 1) {
       for (size_t b = 0; b < plan_.buckets.size(); ++b) {
-        grad_shards_.emplace_back(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
-                                  plan_.buckets[b].shard_size(world()));
-        reduce_scatter_bucket(int(b), grads_[b].data());
+        if (!all_reduce())  // the reduce-scatter's output; an all-reduce works in place
+          grad_shards_.emplace_back(ctx_.memory, MemCategory::kCommBuffers,
+                                    ctx_.options.grad_dtype(), plan_.buckets[b].shard_size(world()));
+        reduce_bucket(int(b), grads_[b].data());
       }
     }
-    for (auto& h : pending_)
-      if (h.valid()) h.wait();
-    for (auto& s : staging_) s.reset();
+    for (size_t b = 0; b < pending_.size(); ++b) {
+      if (pending_[b].valid()) pending_[b].wait();
+      if (stage() == 2 && !staging_[b].empty()) keep_owned_chunk(int(b));
+      if (stage() == 2) staging_[b].reset();
+    }
     left_ = plan_.tensors_left;
   }
 
@@ -83,8 +87,10 @@ class Zero final : public Strategy {
     const int r = group_index(GroupKind::kWorld);
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       const uint64_t chunk = plan_.buckets[b].shard_size(world());
-      optim_[b]->step(params_[b].at(r * chunk), grad_shards_[b].data(), grad_shards_[b].dtype(),
-                      scale, step);
+      // Stage 1 with the all-reduce: the owned chunk is read in place from the full grads.
+      const bool in_place = stage() == 1 && all_reduce();
+      void* g = in_place ? grads_[b].at(r * chunk) : grad_shards_[b].data();
+      optim_[b]->step(params_[b].at(r * chunk), g, ctx_.options.grad_dtype(), scale, step);
       if (stage() == 1) ctx_.device.fill_zero(grads_[b].data(), grads_[b].bytes());
     }
     if (stage() == 1) grad_shards_.clear();  // stage 1's shards were reduction outputs only
@@ -117,18 +123,41 @@ class Zero final : public Strategy {
 
  private:
   int stage() const { return desc_.shards_grads ? 2 : 1; }
+  bool all_reduce() const {
+    return ctx_.options.zero_grad_reduce == ZeroGradReduce::kBucketAllReduce;
+  }
 
-  void reduce_scatter_bucket(int b, const void* full) {
+  void reduce_bucket(int b, void* full) {
+    const std::string tag = "bucket" + std::to_string(b);
+    const DType dt = ctx_.options.grad_dtype();
+    if (all_reduce()) {
+      // DeepSpeed's allreduce_and_scatter: the bucket's elements, unpadded, as one all-reduce
+      // (a bucket is <= reduce_bucket_size, so allreduce_and_scatter never splits it further).
+      // after this all-reduce every rank holds the summed grads of the whole of bucket b
+      pending_[b] = maybe_wait(
+          ctx_.comm.all_reduce_async(full, plan_.buckets[b].numel, dt, GroupKind::kWorld, tag));
+      return;
+    }
     // after this reduce-scatter each rank holds the summed grads of its chunk of bucket b
     pending_[b] = maybe_wait(ctx_.comm.reduce_scatter_async(
-        full, grad_shards_[b].data(), grad_shards_[b].size(), grad_shards_[b].dtype(),
-        GroupKind::kWorld, "bucket" + std::to_string(b)));
+        full, grad_shards_[b].data(), grad_shards_[b].size(), dt, GroupKind::kWorld, tag));
+  }
+
+  // Stage 2 with the all-reduce: keep the owned slice of the reduced bucket, drop the rest.
+  void keep_owned_chunk(int b) {
+    if (!all_reduce()) return;
+    const uint64_t chunk = plan_.buckets[b].shard_size(world());
+    ctx_.device.copy(grad_shards_[b].data(),
+                     staging_[b].at(uint64_t(group_index(GroupKind::kWorld)) * chunk),
+                     grad_shards_[b].bytes());
   }
 
   void release_finished_staging() {
     for (size_t b = 0; b < staging_.size(); ++b)
-      if (!staging_[b].empty() && left_[b] == 0 && pending_[b].valid() && pending_[b].done())
+      if (!staging_[b].empty() && left_[b] == 0 && pending_[b].valid() && pending_[b].done()) {
+        keep_owned_chunk(int(b));
         staging_[b].reset();
+      }
   }
 
   void gather_params() {

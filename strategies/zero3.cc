@@ -5,6 +5,9 @@
 // Tensors smaller than --persist-elements stay whole on every rank (no gather; refreshed after
 // the step). Gradients are reduce-scattered in buckets of --bucket-mb: each bucket is staged as
 // N blocks (block r = rank r's partitions of the bucket's tensors), one reduce-scatter each.
+// As DeepSpeed ships it (partitioned_param_coordinator.py __params_to_release), a tensor used
+// again within reuse_distance elements of the recorded trace is not released after a module;
+// the first step records the trace and releases everything. Reuse distance 0 = the paper's.
 #include <deque>
 #include <memory>
 
@@ -42,7 +45,8 @@ class Zero3 final : public Strategy {
     persistent_.resize(nt);
     for (size_t t = 0; t < nt; ++t) {
       const uint64_t part = flats_[t].shard_size(n);
-      persistent_[t] = ctx_.model.tensors[t].numel < o.persist_elements;
+      // <=, as partition_parameters.py _convert_to_deepspeed_param marks ds_persist
+      persistent_[t] = ctx_.model.tensors[t].numel <= o.persist_elements;
       shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), part);
       grad_shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), part);
       optim_.push_back(std::make_unique<ShardOptimizer>(ctx_.model, flats_[t], r * part,
@@ -55,16 +59,21 @@ class Zero3 final : public Strategy {
     // Execution order of (module, pass) for prefetching: forward, then backward reversed.
     for (size_t m = 0; m < ctx_.model.modules.size(); ++m) exec_.push_back(int(m));
     for (int m = int(ctx_.model.modules.size()) - 1; m >= 0; --m) exec_.push_back(m);
+    plan_releases();
     refresh_persistent();
   }
 
-  void begin_step() override { cursor_ = 0; }
+  void begin_step() override {
+    cursor_ = 0;
+    ++steps_started_;
+  }
   void on_pre_forward(int m) override { fetch(m); }
   void on_pre_backward(int m) override { fetch(m); }
   void on_post_forward(int m) override { release(m); }
 
   void on_post_backward(int m) override {
     release(m);
+    if (cursor_ + 1 == exec_.size()) release_all();  // DeepSpeed's end-of-step release
     for (int t : ctx_.model.modules[m].tensors) {
       if (ready_[t] != m) continue;
       bucket_.push_back(t);
@@ -142,14 +151,45 @@ class Zero3 final : public Strategy {
     }
   }
 
-  void release(int m) {
-    for (int t : ctx_.model.modules[m].tensors) {
-      if (persistent_[t]) continue;
-      if (gather_[t].valid()) gather_[t].wait();
-      gather_[t] = CommHandle();
-      full_[t].reset();
+  // For each trace position i, which of its tensors are released after it: those whose next use
+  // j > i comes after reuse_distance elements or more (every tensor of the modules i+1..j-1,
+  // whole, as ds_numel counts them) — __params_to_release's walk, which stops at the first
+  // module reached with that many elements behind it.
+  void plan_releases() {
+    const auto& mods = ctx_.model.modules;
+    std::vector<uint64_t> before(exec_.size() + 1, 0);  // elements of trace positions [0, p)
+    for (size_t p = 0; p < exec_.size(); ++p) {
+      before[p + 1] = before[p];
+      for (int t : mods[exec_[p]].tensors) before[p + 1] += ctx_.model.tensors[t].numel;
     }
+    std::vector<size_t> next_use(ctx_.model.tensors.size(), exec_.size());
+    release_at_.assign(exec_.size(), {});
+    for (size_t i = exec_.size(); i-- > 0;) {  // backwards, so next_use is the next position
+      for (int t : mods[exec_[i]].tensors) {
+        const size_t j = next_use[t];
+        if (j == exec_.size() || before[j] - before[i + 1] >= ctx_.options.reuse_distance)
+          release_at_[i].push_back(t);
+      }
+      for (int t : mods[exec_[i]].tensors) next_use[t] = i;
+    }
+  }
+
+  void release(int m) {
+    // The first step records the trace (DeepSpeed releases every tensor while it records).
+    const bool traced = steps_started_ > 1 && cursor_ < exec_.size() && exec_[cursor_] == m;
+    for (int t : traced ? release_at_[cursor_] : ctx_.model.modules[m].tensors) release_tensor(t);
     reap_reductions(false);
+  }
+
+  void release_all() {
+    for (size_t t = 0; t < full_.size(); ++t) release_tensor(int(t));
+  }
+
+  void release_tensor(int t) {
+    if (persistent_[t]) return;
+    if (gather_[t].valid()) gather_[t].wait();
+    gather_[t] = CommHandle();
+    full_[t].reset();
   }
 
   void flush_bucket() {
@@ -223,7 +263,9 @@ class Zero3 final : public Strategy {
   std::vector<bool> persistent_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<int> exec_;
+  std::vector<std::vector<int>> release_at_;  // per trace position: tensors released after it
   size_t cursor_ = 0;
+  int steps_started_ = 0;
   std::vector<int> bucket_;
   uint64_t bucket_elems_ = 0;
   std::deque<Reduction> reductions_;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -55,13 +56,27 @@ struct Bytes {
 //
 // Strategy volumes per rank per step (ZeRO paper §7; FSDP paper §3), Ψ the parameter count:
 // - DDP: all-reduce of the gradients, 2(N-1)/N·Ψ·b_g.
-// - ZeRO-1/2: reduce-scatter of the gradients + all-gather of the updated parameters over the
-//   flat buffer padded to N: (N-1)/N·Ψ_pad·(b_g + b_p).
+// - ZeRO-1/2, paper (ZeRO §7): reduce-scatter of the gradients + all-gather of the updated
+//   parameters over the flat buffer padded to N: (N-1)/N·Ψ_pad·(b_g + b_p).
+// - ZeRO-1/2 as DeepSpeed ships them (stage_1_and_2.py average_tensor with reduce_scatter and
+//   use_multi_rank_bucket_allreduce true -> allreduce_and_scatter): every gradient bucket is
+//   all-reduced whole, unpadded (a bucket never exceeds reduce_bucket_size, so
+//   allreduce_and_scatter issues one all-reduce for it), and the buckets partition the
+//   gradients: 2(N-1)/N·Ψ·b_g, DDP's volume; the parameter all-gather after the step is
+//   unchanged: total (N-1)/N·(2Ψ·b_g + Ψ_pad·b_p), the 1.5× of the paper's figure.
 // - ZeRO-3 partitions each tensor on its own (padded to N) and gathers it before every leaf
 //   module that uses it, in forward and again in backward: 2·uses_t gathers (a tied embedding
 //   has two users per pass); tensors smaller than the persistence threshold stay whole and are
 //   gathered once, after the step: (N-1)/N·Σ_t ψ_t,pad·(b_g + (persistent ? 1 : 2·uses_t)·b_p).
-//   Untied, threshold 0: 3Ψ, the ZeRO paper's figure.
+//   Untied, threshold 0: 3Ψ, the ZeRO paper's figure. That is the paper's schedule (reuse
+//   distance 0). As DeepSpeed ships it (stage3_max_reuse_distance 1e9,
+//   partitioned_param_coordinator.py __params_to_release), after the first step a tensor used
+//   again within the distance, counted in elements of the trace in between, is not released:
+//   once the distance reaches the trace's whole length (2Ψ: every module's tensors in forward
+//   and again in backward) every tensor is gathered once per step: factor 1 in place of
+//   2·uses_t. Distances between 0 and 2Ψ have no closed form here (the parity and predictor
+//   tests run them).
+//   Persistence is DeepSpeed's <= (partition_parameters.py _convert_to_deepspeed_param).
 // - FULL_SHARD gathers every unit in forward and again in backward except the root unit, which
 //   stays gathered (as PyTorch FSDP's root): (S-1)/S·((2Ψ_pad − Ψ_root)·b_p + Ψ_pad·b_g).
 //   SHARD_GRAD_OP keeps units gathered from forward through backward: (S-1)/S·Ψ_pad·(b_p + b_g).
@@ -69,22 +84,32 @@ struct Bytes {
 //   Ψ_pad/G gradient shard across the M nodes: G rings of M ranks, each hop inter-node,
 //   2(M-1)/M·Ψ_pad/G·b_g per rank, 2(M-1)·Ψ_pad·b_g summed over the N ranks.
 inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precision precision,
-                            uint64_t persist_elements, double N, double G) {
+                            uint64_t persist_elements, double N, double G,
+                            ZeroGradReduce reduce = StrategyOptions{}.zero_grad_reduce,
+                            uint64_t reuse_distance = StrategyOptions{}.reuse_distance) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
     return Bytes{(N - inter_hops) * per_rank, inter_hops * per_rank};
   };
   if (s == "ddp") return world_ring(2 * (N - 1) / N * double(l.num_params()) * bg);
-  if (s == "zero1" || s == "zero2")
-    return world_ring((N - 1) / N * double(round_up(l.num_params(), uint64_t(N))) * (bg + bp));
+  const double psi_pad = double(round_up(l.num_params(), uint64_t(N)));
+  if ((s == "zero1" || s == "zero2") && reduce == ZeroGradReduce::kReduceScatter)
+    return world_ring((N - 1) / N * psi_pad * (bg + bp));
+  if (s == "zero1" || s == "zero2") {  // DDP's all-reduce + the paper's all-gather, each exact
+    const Bytes reduce = world_ring(2 * (N - 1) / N * double(l.num_params()) * bg);
+    const Bytes gather = world_ring((N - 1) / N * psi_pad * bp);
+    return {reduce.intra + gather.intra, reduce.inter + gather.inter};
+  }
   if (s == "zero3") {
     const std::vector<int> uses = l.uses_per_pass();
+    const bool once = reuse_distance >= 2 * l.num_params();
+    if (!once && reuse_distance != 0) throw std::invalid_argument("no closed form: reuse distance");
     double sum = 0;
     for (size_t t = 0; t < l.tensors.size(); ++t) {
       const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
-      const bool persist = l.tensors[t].numel < persist_elements;
-      sum += pad * (bg + (persist ? bp : 2.0 * uses[t] * bp));
+      const bool persist = l.tensors[t].numel <= persist_elements;
+      sum += pad * (bg + (persist ? bp : (once ? 1.0 : 2.0 * uses[t]) * bp));
     }
     return world_ring((N - 1) / N * sum);
   }
@@ -121,7 +146,7 @@ inline ModelState expected_state(const std::string& s, const ModelLayout& l, Pre
     uint64_t pad = 0, persistent = 0;
     for (const auto& t : l.tensors) {
       pad += round_up(t.numel, N);
-      if (t.numel < persist_elements) persistent += round_up(t.numel, N);  // whole: params only
+      if (t.numel <= persist_elements) persistent += round_up(t.numel, N);  // whole: params only
     }
     return {bp * (pad / N + persistent), bg * pad / N, K * pad / N};
   }

@@ -31,6 +31,7 @@ struct PredictArgs {
   double bucket_mb = 25;
   uint64_t persist_elements = 0;
   uint64_t prefetch_elements = 50'000'000;
+  std::string zero_schedule = "shipped";
   std::string backward_prefetch = "pre";
   bool forward_prefetch = false;
   std::string overlap = "on";
@@ -107,6 +108,10 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
                                                        : BackwardPrefetch::kPost;
   o.forward_prefetch = a.forward_prefetch;
   o.overlap = a.overlap == "on";
+  require(a.zero_schedule == "shipped" || a.zero_schedule == "paper",
+          fmt::format("--zero-schedule {}", a.zero_schedule), "shipped|paper");
+  apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
+                      o);
   return cfg;
 }
 
@@ -245,6 +250,8 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
       ->transform(whole_number(1))
+      ->capture_default_str();
+  p->add_option("--zero-schedule", a.zero_schedule, "ZeRO: shipped | paper")
       ->capture_default_str();
   p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
       ->capture_default_str();

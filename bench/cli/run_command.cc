@@ -18,6 +18,7 @@ extern "C" char* openblas_get_config();    // OpenBLAS: build configuration stri
 extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 
 #include "bench/cli/output_path.h"
+#include "bench/cli/ds_config.h"
 #include "bench/cli/peak_calibration.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
@@ -247,7 +248,11 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   Ledger ledger;
   if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
   Communicator comm(topo, std::move(backend), ledger);
-  const std::vector<std::string> names = parse_strategy_list(a.strategies);
+  const std::vector<std::string> names =
+      a.ds_config.empty() ? parse_strategy_list(a.strategies)
+                          : ds_config_strategies(read_ds_config(a.ds_config, cfg).stage,
+                                                 parse_strategy_list(a.strategies),
+                                                 a.strategies == "all");
   const int tokens = topo.world_size() * cfg.batch_per_rank * cfg.model.seq_len;
   if (root && !a.quiet)
     fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/cli/ds_config.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
 
@@ -51,6 +52,12 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
       ->transform(whole_number(0))
       ->capture_default_str();
+  app->add_option("--zero-schedule", a.zero_schedule,
+                  "ZeRO schedule: shipped (DeepSpeed's defaults) | paper (reduce-scatter, "
+                  "always release)")
+      ->capture_default_str();
+  app->add_option("--ds-config", a.ds_config,
+                  "DeepSpeed config JSON: configures zero1/2/3 as DeepSpeed would");
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
@@ -228,7 +235,17 @@ RunConfig to_run_config(const RunArgs& a) {
   o.persist_elements = a.persist_elements;
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
-  return c;
+  require(a.zero_schedule == "shipped" || a.zero_schedule == "paper", "--zero-schedule",
+          a.zero_schedule, "shipped|paper");
+  apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
+                      o);
+  if (a.ds_config.empty()) return c;
+  require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
+          "shipped with --ds-config (the file configures DeepSpeed as shipped)");
+  const DsConfig d = read_ds_config(a.ds_config, c);
+  // the file's stage against --strategies, checked here: before any rank starts
+  ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
+  return d.applied;
 }
 
 }  // namespace sb

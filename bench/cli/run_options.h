@@ -35,6 +35,8 @@ struct RunArgs {
   double lr = 1e-3;
   uint64_t prefetch_elements = 50'000'000;
   uint64_t persist_elements = 0;
+  std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
+  std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
   std::string device = "cpu";
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start

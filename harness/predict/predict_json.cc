@@ -32,6 +32,8 @@ json predict_config_json(const PredictConfig& cfg) {
               {"overlap", o.overlap},
               {"prefetch_elements", o.prefetch_elements},
               {"persist_elements", o.persist_elements},
+              {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
+              {"reuse_distance", o.reuse_distance},
               {"mem_limit_gb", cfg.mem_limit_gb}};
 }
 

@@ -73,6 +73,10 @@ const char* prefetch_name(BackwardPrefetch p) {
   return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";
 }
 
+const char* zero_grad_reduce_name(ZeroGradReduce r) {
+  return r == ZeroGradReduce::kBucketAllReduce ? "bucket_all_reduce" : "reduce_scatter";
+}
+
 std::string git_commit() {
   std::string out;
   if (FILE* f = popen("git -C " SB_SOURCE_DIR " rev-parse HEAD 2>/dev/null", "r")) {
@@ -128,6 +132,10 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"collectives", cfg.collectives == CollectiveImpl::kRing ? "ring" : "mpi"},
       {"prefetch_elements", o.prefetch_elements},
       {"persist_elements", o.persist_elements},
+      {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
+      {"reuse_distance", o.reuse_distance},
+      {"ds_config", cfg.ds_config},
+      {"ds_config_ignored", cfg.ds_config_ignored},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},

@@ -49,5 +49,6 @@ double percentile(std::vector<double> v, double p);
 double busbw_factor(CollKind k, int n);
 const char* precision_name(Precision p);
 const char* prefetch_name(BackwardPrefetch p);
+const char* zero_grad_reduce_name(ZeroGradReduce r);
 
 }  // namespace sb

@@ -30,6 +30,8 @@ struct RunConfig {
   std::string device = "cpu";
   StrategyOptions options;
   bool trace = false;  // build each rank's timeline (--trace; harness/run/trace.h writes it)
+  std::string ds_config;                       // --ds-config FILE, empty if none
+  std::vector<std::string> ds_config_ignored;  // its keys accepted but not modelled
   // Hidden test flag --inject-fault rank:step:kind. `step` counts every step this process has
   // run across the matrix (0-based), so strategy k's first step is k * (warmup + steps).
   struct Fault { int rank = -1; int step = -1; std::string kind; } fault;  // exit | hang | oom

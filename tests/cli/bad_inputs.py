@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 
+DS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_configs")
+
 # (arguments after `shardbench`, text the message must contain)
 CASES = [
     (["run", "--model", "huge"], "--model"),
@@ -56,6 +58,26 @@ CASES = [
     (["run", "--model", "tiny", "--trace", "/dev/null"], "--trace /dev/null: is not a directory"),
     (["run", "--model", "tiny", "--np", "2", "--trace", "/dev/null/t"], "--trace /dev/null/t"),
     (["run", "--model", "tiny", "--trace", "/proc/sbtrace"], "--trace /proc/sbtrace"),
+    (["run", "--model", "tiny", "--zero-schedule", "ideal"], "--zero-schedule"),
+    (["run", "--model", "tiny", "--ds-config", "/nonexistent/ds.json"], "cannot be read"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_json.json"], "not valid JSON"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_unknown_zero_key.json"],
+     "zero_optimization.bogus_knob: unknown or unsupported key"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_unknown_top_key.json"],
+     "optimizer: unknown or unsupported key"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_multi_rank_false.json"],
+     "use_multi_rank_bucket_allreduce: false"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_grad_accum.json"],
+     "gradient_accumulation_steps: 4 is not yet supported"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_stage.json"], "zero_optimization.stage"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_fp16.json"], "fp16.enabled"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_bucket.json"],
+     "zero_optimization.reduce_bucket_size"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/zero2_shipped.json", "--strategies",
+      "ddp,zero3"], "--strategies zero3"),
+    (["run", "--model", "tiny", "--ds-config", f"{DS}/zero2_shipped.json", "--zero-schedule",
+      "paper"], "--zero-schedule"),
+    (["predict", "--model", "tiny", "--zero-schedule", "ideal"], "--zero-schedule"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),

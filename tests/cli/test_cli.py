@@ -92,6 +92,28 @@ class RunTest(unittest.TestCase):
                     self.assertEqual(r["residuals"]["residual"][k], 0)
             self.assertGreater(r["residuals"]["ratio"]["step_time_s"], 0)
 
+    def test_ds_config_configures_zero_as_deepspeed_would(self):
+        # stage 2 selects zero2; bf16 -> bf16-mixed; reduce_bucket_size 5e8 elements of bf16;
+        # keys accepted but not modelled are listed; the run is a valid results file.
+        out = os.path.join(self.tmp, "ds.json")
+        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_shipped.json")
+        p = sb("run", "--np", "2", "--model", "tiny", "--ds-config", cfg, "--steps", "1",
+               "--warmup", "0", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = load(out)
+        c = doc["config"]
+        self.assertEqual([r["strategy"] for r in doc["results"]], ["zero2"])
+        self.assertEqual(doc["results"][0]["status"], "ok")
+        self.assertEqual(c["precision"], "bf16-mixed")
+        self.assertEqual(c["zero_grad_reduce"], "bucket_all_reduce")
+        self.assertFalse(c["overlap"])  # overlap_comm false (DeepSpeed's default for stage 2)
+        self.assertEqual(c["bucket_mb"], 5e8 * 2 / 2**20)
+        self.assertEqual(c["ds_config"], cfg)
+        self.assertEqual(sorted(c["ds_config_ignored"]),
+                         ["steps_per_print", "zero_optimization.contiguous_gradients"])
+        v = validate(out)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)
         sums = [r["param_checksum"] for r in doc["results"]]

@@ -19,6 +19,7 @@ namespace {
 struct Knobs {
   std::string name;
   std::function<void(RunConfig&)> set;
+  std::string only{};  // a strategy-name prefix the knobs apply to; empty: every strategy
 };
 
 // Each variation of the knobs the strategies read (defaults otherwise).
@@ -44,6 +45,14 @@ std::vector<Knobs> knob_cases() {
          c.options.backward_prefetch = BackwardPrefetch::kNone;
          c.options.limit_all_gathers = false;
        }},
+      {"zero_paper", [](RunConfig& c) { apply_zero_schedule(ZeroSchedule::kPaper, c.options); },
+       "zero"},
+      {"reuse3000_small_buckets",
+       [](RunConfig& c) {
+         c.options.reuse_distance = 3000;
+         c.options.bucket_mb = 0.004;
+       },
+       "zero"},
       {"untied_bf16",
        [](RunConfig& c) {
          c.model.tied_head = false;
@@ -74,6 +83,7 @@ std::vector<Case> cases() {
   for (const std::string& shape : shapes())
     for (const std::string& s : strategy_names())
       for (const Knobs& k : knob_cases())
+        if (s.rfind(k.only, 0) == 0)
         for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
   return v;
 }

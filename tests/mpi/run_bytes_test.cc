@@ -11,7 +11,12 @@
 namespace sb::testing {
 namespace {
 
-struct Case { std::string strategy; Precision precision; uint64_t persist; };
+struct Case {
+  std::string strategy;
+  Precision precision;
+  uint64_t persist;
+  ZeroSchedule schedule = ZeroSchedule::kShipped;
+};
 
 class Bytes : public ::testing::TestWithParam<Case> {};
 
@@ -19,13 +24,15 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   const Case& c = GetParam();
   RunConfig cfg = tiny_config(c.precision, 2);
   cfg.options.persist_elements = c.persist;
+  apply_zero_schedule(c.schedule, cfg.options);
   const StrategyRun r = run(c.strategy, cfg, false);
   ASSERT_EQ(r.status, "ok") << r.error;
   EXPECT_TRUE(r.traffic_counted);
   const Topology& topo = run_env().topo;
   const closed_forms::Bytes e =
       closed_forms::expected_bytes(c.strategy, make_layout(cfg.model), c.precision, c.persist,
-                                   topo.world_size(), topo.ranks_per_node());
+                                   topo.world_size(), topo.ranks_per_node(),
+                                   cfg.options.zero_grad_reduce, cfg.options.reuse_distance);
   EXPECT_EQ(double(r.sent_intra_all), e.intra) << "intra-node bytes per step, summed over ranks";
   EXPECT_EQ(double(r.sent_inter_all), e.inter) << "inter-node bytes per step, summed over ranks";
 }
@@ -36,12 +43,18 @@ std::vector<Case> cases() {
     for (Precision p : {Precision::kFp32, Precision::kBf16Mixed}) v.push_back({s, p, 0});
   v.push_back({"zero3", Precision::kFp32, 100});   // layer norms and biases stay whole
   v.push_back({"zero3", Precision::kBf16Mixed, 5000});
+  // The papers' schedules (reduce-scatter; ZeRO-3 releasing every gather), with padding.
+  for (const char* s : {"zero1", "zero2", "zero3"})
+    for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+      v.push_back({s, p, 0, ZeroSchedule::kPaper});
+  v.push_back({"zero3", Precision::kFp32, 100, ZeroSchedule::kPaper});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](const auto& info) {
   return info.param.strategy + (info.param.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
-         (info.param.persist ? "_persist" + std::to_string(info.param.persist) : "");
+         (info.param.persist ? "_persist" + std::to_string(info.param.persist) : "") +
+         (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "");
 });
 
 TEST(BytesShape, ZeroThreeIssuesMoreSmallerCollectivesThanFullShard) {

@@ -22,6 +22,7 @@ struct Case {
   std::string strategy;
   Precision precision;
   uint64_t persist;
+  ZeroSchedule schedule = ZeroSchedule::kShipped;
 };
 
 PredictConfig config_of(const Case& c, int world, int rpn) {
@@ -31,6 +32,7 @@ PredictConfig config_of(const Case& c, int world, int rpn) {
   cfg.ranks_per_node = rpn;
   cfg.options.precision = c.precision;
   cfg.options.persist_elements = c.persist;
+  apply_zero_schedule(c.schedule, cfg.options);
   return cfg;
 }
 
@@ -42,6 +44,10 @@ std::vector<Case> cases() {
   v.push_back({"tiny", "zero3", Precision::kFp32, 100});
   v.push_back({"tiny", "zero3", Precision::kBf16Mixed, 5000});
   v.push_back({"small", "zero3", Precision::kFp32, 1000});
+  for (const char* m : {"tiny", "small"})
+    for (const char* s : {"zero1", "zero2", "zero3"})
+      for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+        v.push_back({m, s, p, 0, ZeroSchedule::kPaper});
   return v;
 }
 
@@ -55,7 +61,8 @@ TEST_P(PredictClosedForms, BytesAndModelStateEqualTheStrategyTestsForms) {
     const ModelLayout& l = cfg.model->layout;
     const Prediction p = predict(cfg, c.strategy, cluster);
     const auto [intra, inter] =
-        closed_forms::expected_bytes(c.strategy, l, c.precision, c.persist, N, G);
+        closed_forms::expected_bytes(c.strategy, l, c.precision, c.persist, N, G,
+                                     cfg.options.zero_grad_reduce, cfg.options.reuse_distance);
     const std::string at = "world " + std::to_string(N) + " rpn " + std::to_string(G);
     EXPECT_EQ(double(p.traffic.sent_intra), intra) << at;
     EXPECT_EQ(double(p.traffic.sent_inter), inter) << at;
@@ -80,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(TinySmall, PredictClosedForms, ::testing::ValuesIn(case
                            const Case& c = info.param;
                            return c.model + "_" + c.strategy +
                                   (c.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
-                                  (c.persist ? "_persist" + std::to_string(c.persist) : "");
+                                  (c.persist ? "_persist" + std::to_string(c.persist) : "") +
+                                  (c.schedule == ZeroSchedule::kPaper ? "_paper" : "");
                          });
 
 TEST(PredictRing, ClosedFormEqualsRingModelSentPerRank) {
