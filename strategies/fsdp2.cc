@@ -115,7 +115,7 @@ class Fsdp2 final : public Strategy {
     G.reduce = maybe_wait(ctx_.comm.reduce_scatter_async(G.reduce_in.data(), G.grad_shard.data(),
                                                          G.chunk(), G.grad_shard.dtype(),
                                                          desc_.shard_group, tag));
-    if (desc_.replicate_across_nodes) {
+    if (desc_.replicate_across_nodes && group_size(spec_.replicas) > 1) {  // one: no replicas
       // after this all-reduce (HSDP's replicate dim; MiCS_Optimizer.allreduce_mics_shard_grads)
       // the shard also sums every replica's
       G.reduce = maybe_wait(ctx_.comm.all_reduce_async(G.grad_shard.data(), G.chunk(),

@@ -213,7 +213,10 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
   FitResult r;
   r.strategy = strategy;
   const int G = std::max(1, cfg.ranks_per_node);
+  // --mics-shard-size P: only worlds of whole partitions exist; others count as not fitting
+  const int P = cfg.options.mics_shard_size;
   auto try_world = [&](int n) {
+    if (P > 0 && n % P != 0) return Prediction{};
     cfg.world = n;
     cfg.ranks_per_node = n < G ? n : G;
     return predict(cfg, strategy, cluster);
