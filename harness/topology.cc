@@ -13,6 +13,9 @@ const char* group_name(GroupKind g) {
     case GroupKind::kWorld: return "world";
     case GroupKind::kIntra: return "intra";
     case GroupKind::kInter: return "inter";
+    case GroupKind::kPartition: return "partition";
+    case GroupKind::kReplica: return "replica";
+    case GroupKind::kPartitionInter: return "partition_inter";
   }
   return "?";
 }
@@ -41,6 +44,33 @@ Topology::Topology(int world_size, int rank, std::vector<int> node_of_rank)
   for (int n = 0; n < num_nodes_; ++n) inter_.ranks.push_back(members[n][local_rank_]);
   std::sort(inter_.ranks.begin(), inter_.ranks.end());
   inter_.index = int(std::find(inter_.ranks.begin(), inter_.ranks.end(), rank_) - inter_.ranks.begin());
+  *this = with_partition(0);
+}
+
+template <class Pick>
+Group Topology::members(GroupKind kind, Pick pick) const {
+  Group g;
+  g.kind = kind;
+  for (int r = 0; r < world_size_; ++r)
+    if (pick(r)) g.ranks.push_back(r);
+  g.index = int(std::find(g.ranks.begin(), g.ranks.end(), rank_) - g.ranks.begin());
+  return g;
+}
+
+Topology Topology::with_partition(int size) const {
+  const int P = size > 0 ? size : ranks_per_node();
+  SB_CHECK(world_size_ % P == 0, "partition of " << P << " does not divide the world size "
+                                                 << world_size_);
+  Topology t = *this;
+  const int mine = rank_ / P;
+  t.partition_ = members(GroupKind::kPartition, [&](int r) { return r / P == mine; });
+  t.replica_ = members(GroupKind::kReplica, [&](int r) { return r % P == rank_ % P; });
+  std::vector<int> local(size_t(world_size_), 0), seen(size_t(num_nodes_), 0);
+  for (int r = 0; r < world_size_; ++r) local[r] = seen[node_of_rank_[r]]++;
+  t.partition_inter_ = members(GroupKind::kPartitionInter, [&](int r) {
+    return r / P == mine && local[r] == local_rank_;
+  });
+  return t;
 }
 
 Topology Topology::virtual_nodes(int world_size, int rank, int ranks_per_node) {
@@ -56,6 +86,9 @@ const Group& Topology::group(GroupKind g) const {
     case GroupKind::kWorld: return world_;
     case GroupKind::kIntra: return intra_;
     case GroupKind::kInter: return inter_;
+    case GroupKind::kPartition: return partition_;
+    case GroupKind::kReplica: return replica_;
+    case GroupKind::kPartitionInter: return partition_inter_;
   }
   return world_;
 }

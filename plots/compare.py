@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "results"))
 import validate as sbv  # noqa: E402
 
 STRATEGY_ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
-                  "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
+                  "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2", "fsdp2", "fsdp2_hsdp", "mics"]
 # Keys that must agree for the two files to be comparable (top level, then config).
 SAME_TOP = ["kind", "backend", "traffic_accounting"]
 SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "batch_per_rank",

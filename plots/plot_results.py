@@ -38,7 +38,7 @@ import validate as sbv  # noqa: E402
 
 MIB = float(1 << 20)
 STRATEGY_ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
-                  "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
+                  "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2", "fsdp2", "fsdp2_hsdp", "mics"]
 MEM_CATEGORIES = [  # (key in breakdown_at_peak, legend label, colour)
     ("params", "params", "#1f77b4"),
     ("gathered_params", "gathered params", "#aec7e8"),
@@ -361,7 +361,8 @@ def _kind_groups(runs, names):
                 k, g = e.get("kind"), e.get("group")
                 if isinstance(k, str) and (k, g) not in pairs:
                     pairs.append((k, g))
-    korder, gorder = list(KIND_COLOURS), ["world", "intra", "inter"]
+    korder = list(KIND_COLOURS)
+    gorder = ["world", "intra", "inter", "partition", "replica", "partition_inter"]
     return sorted(pairs, key=lambda p: (korder.index(p[0]) if p[0] in korder else len(korder),
                                         p[0], gorder.index(p[1]) if p[1] in gorder else 3,
                                         str(p[1])))
@@ -371,7 +372,8 @@ def _shade(colour, group):
     """Same hue per kind; inter-node groups darker, intra-node lighter than world."""
     from matplotlib.colors import to_rgb
     r, g, b = to_rgb(colour)
-    f = {"intra": 0.45, "inter": -0.35}.get(group, 0.0)
+    f = {"intra": 0.45, "inter": -0.35, "partition": 0.3, "replica": -0.2,
+         "partition_inter": -0.5}.get(group, 0.0)
     if f >= 0:
         return (r + (1 - r) * f, g + (1 - g) * f, b + (1 - b) * f)
     return (r * (1 + f), g * (1 + f), b * (1 + f))

@@ -41,6 +41,7 @@ const std::vector<StrategyEntry>& strategy_registry() {
     register_zero(r);
     register_zero3(r);
     register_fsdp(r);
+    register_fsdp2(r);
     return r;
   }();
   return registry;

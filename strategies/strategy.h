@@ -44,6 +44,14 @@ struct StrategyOptions {
   // ZeRO-3 stage3_max_reuse_distance (elements): a tensor used again within it is kept
   // gathered (partitioned_param_coordinator.py __params_to_release); 0 = always release.
   uint64_t reuse_distance = 1'000'000'000;
+  // FSDP2 reshard_after_forward: -1 True (the shard group), 0 False, k >= 1 a post-forward group
+  // of k ranks (1 = False, the shard group size = True, else the node); groups prefetched ahead.
+  int fsdp2_reshard_after_forward = -1;
+  int fsdp2_prefetch = 1;
+  // MiCS: ranks per partition group (0: the node) and the two-level all-gather when a partition
+  // spans nodes (DeepSpeed mics_shard_size, mics_hierarchical_params_gather).
+  int mics_shard_size = 0;
+  bool mics_hierarchical_params_gather = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;
 
@@ -58,7 +66,7 @@ void apply_zero_schedule(ZeroSchedule s, StrategyOptions& o);
 // What a strategy is, in one place: the run, the tests and the predictor all read this.
 struct StrategyDescription {
   std::string name;
-  std::string family;           // "ddp", "zero", "fsdp"
+  std::string family;           // "ddp", "zero", "fsdp", "fsdp2"
   bool shards_params = false;   // at rest
   bool shards_grads = false;
   bool shards_optimizer = false;
@@ -155,6 +163,7 @@ void register_ddp(std::vector<StrategyEntry>& out);
 void register_zero(std::vector<StrategyEntry>& out);
 void register_zero3(std::vector<StrategyEntry>& out);
 void register_fsdp(std::vector<StrategyEntry>& out);
+void register_fsdp2(std::vector<StrategyEntry>& out);
 
 // Tensors in the order their gradients become complete during backward (bucket order).
 std::vector<int> tensors_in_grad_ready_order(const ModelLayout& model);

@@ -5,6 +5,7 @@
 // derivations are the comments. Header-only; needs the model layout and nothing else.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -36,10 +37,42 @@ inline std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t 
   return {all, round_up(unit[0], S)};
 }
 
+// FSDP2 (fully_shard) pads each parameter on its own: dim 0 (rows) is chunked over the shard group
+// S and every chunk padded to the first's size (torch.chunk), so a tensor of `rows` rows of
+// `row` elements takes ceil(rows / S)·S·row elements. MiCS (DeepSpeed ZeRO-3 partitioning)
+// pads the flattened tensor instead: round_up(numel, S) (rows = false). Returns {Ψ_pad, the
+// root group's part} for --wrap block (the root: segments 0 and L + 1, as FSDP's).
+inline std::pair<uint64_t, uint64_t> fsdp2_padded(const ModelLayout& l, uint64_t S,
+                                                  bool rows = true) {
+  const int L = l.config.n_layer;
+  uint64_t all = 0, root = 0;
+  for (const auto& t : l.tensors) {
+    const uint64_t row = rows ? t.numel / uint64_t(t.shape.front()) : 1;
+    const uint64_t pad = round_up(t.numel, S * row);
+    all += pad;
+    if (t.segment == 0 || t.segment == L + 1) root += pad;
+  }
+  return {all, root};
+}
+
 // Bytes sent in one training step, summed over all ranks, split by the hop class of each send.
 struct Bytes {
   double intra = 0, inter = 0;
 };
+
+// Hops of every ring of a group kind that leave a node, for N ranks in consecutive nodes of G:
+// rings of n ranks, member k of ring c at first(c) + k·stride. Summed over all the rings.
+inline double leaving_hops(double N, double G, double n, double rings, double stride,
+                           double ring_step) {
+  double out = 0;
+  for (double c = 0; c < rings; ++c)
+    for (double k = 0; k < n; ++k) {
+      const double first = c * ring_step, a = first + k * stride,
+                   b = first + std::fmod(k + 1, n) * stride;
+      out += n > 1 && std::floor(a / G) != std::floor(b / G);
+    }
+  return out;
+}
 
 // Ring volumes (nccl-tests PERFORMANCE.md): over a ring of n ranks and a buffer of S bytes,
 // each rank sends (n-1)/n·S for a reduce-scatter or an all-gather and 2(n-1)/n·S for an
@@ -83,10 +116,48 @@ struct Bytes {
 // - HYBRID: the same inside each node (S = G, all intra), plus an all-reduce of every rank's
 //   Ψ_pad/G gradient shard across the M nodes: G rings of M ranks, each hop inter-node,
 //   2(M-1)/M·Ψ_pad/G·b_g per rank, 2(M-1)·Ψ_pad·b_g summed over the N ranks.
+// - FSDP2 moves what FULL_SHARD moves (one all-gather of the group in forward, again in backward
+//   except the root; one reduce-scatter per group) over its per-parameter Ψ_pad; fsdp2_hsdp as
+//   HYBRID. reshard_after_forward=False (0) gathers once, like SHARD_GRAD_OP. An int k (the node,
+//   k = G) keeps a 1/k share after forward, so the backward all-gather of the non-root groups is
+//   a ring over the node: (G-1)/G·(Ψ_pad − Ψ_root)·b_p per rank, every hop intra, while the
+//   forward gather and the reduce-scatter stay world rings of (N-1)/N·Ψ_pad·b.
+//
+// MiCS, partitions of P consecutive ranks (R = N/P replicas, per-tensor flat padding to P): the
+// FULL_SHARD volume over each partition ring, (P-1)/P·((2Ψ_pad − Ψ_root)·b_p + Ψ_pad·b_g) per
+// rank, plus the all-reduce of the Ψ_pad/P gradient shard over the R ranks at the same position
+// of every partition, 2(R-1)/R·Ψ_pad/P·b_g per rank. A ring's inter-node bytes are its hops that
+// leave a node times the per-rank bytes (equal on every rank: the shards divide by P; the
+// replica all-reduce's Ψ_pad/P need not divide by R, so the shapes tested keep its hops of one
+// class). With mics_hierarchical_params_gather and P = k·G: an all-gather over the k ranks of
+// the partition with my local rank (every hop inter), (k-1)·C per rank for a shard of C, then
+// one inside the node, (G-1)·k·C per rank: inter (k-1)/P, intra (G-1)/G of the gathered volume.
+inline Bytes mics_bytes(const ModelLayout& l, double bp, double bg, double N, double G, double P,
+                        bool hierarchical) {
+  const auto [pad, root] = fsdp2_padded(l, uint64_t(P), false);
+  const double R = N / P, gathered = (2.0 * double(pad) - double(root)) * bp;
+  const double part_out = leaving_hops(N, G, P, R, 1, P);   // partition rings
+  const double repl_out = leaving_hops(N, G, R, P, P, 1);   // replica rings
+  const double rs = (P - 1) / P * double(pad) * bg, ar = 2 * (R - 1) / R * double(pad) / P * bg;
+  Bytes b{(N - part_out) * rs + (N - repl_out) * ar, part_out * rs + repl_out * ar};
+  if (hierarchical) {
+    const double k = P / G;
+    b.inter += N * (k - 1) / P * gathered;
+    b.intra += N * (G - 1) / G * gathered;
+  } else {
+    const double ag = (P - 1) / P * gathered;
+    b.intra += (N - part_out) * ag;
+    b.inter += part_out * ag;
+  }
+  return b;
+}
+
 inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precision precision,
                             uint64_t persist_elements, double N, double G,
                             ZeroGradReduce reduce = StrategyOptions{}.zero_grad_reduce,
-                            uint64_t reuse_distance = StrategyOptions{}.reuse_distance) {
+                            uint64_t reuse_distance = StrategyOptions{}.reuse_distance,
+                            int fsdp2_reshard_after_forward = -1, double P = 0,
+                            bool hierarchical = false) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
@@ -113,10 +184,19 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
     }
     return world_ring((N - 1) / N * sum);
   }
-  const bool hybrid = s.find("hybrid") != std::string::npos;
-  const bool full = s == "fsdp_full_shard" || s == "fsdp_hybrid_shard";
+  if (s == "mics") return mics_bytes(l, bp, bg, N, G, P > 0 ? P : G, hierarchical);
+  const bool fsdp2 = s.rfind("fsdp2", 0) == 0;
+  const bool hybrid = s.find("hybrid") != std::string::npos || s == "fsdp2_hsdp";
   const double S = hybrid ? G : N;
-  const auto [pad, root] = fsdp_padded(l, uint64_t(S));
+  const int k = fsdp2_reshard_after_forward;
+  const bool full = s == "fsdp_full_shard" || s == "fsdp_hybrid_shard" ||
+                    (fsdp2 && (k < 0 || double(k) == S));
+  const auto [pad, root] = fsdp2 ? fsdp2_padded(l, uint64_t(S)) : fsdp_padded(l, uint64_t(S));
+  if (fsdp2 && k > 1 && double(k) < S) {  // fsdp2 resharding to the node after forward
+    const Bytes world = world_ring((N - 1) / N * double(pad) * (bp + bg));
+    const double node = N * (G - 1) / G * double(pad - root) * bp;
+    return {world.intra + node, world.inter};
+  }
   const double gathered = full ? 2.0 * double(pad) - double(root) : double(pad);
   const double shard_group = (S - 1) / S * (gathered * bp + double(pad) * bg);
   if (!hybrid) return world_ring(shard_group);
@@ -133,9 +213,10 @@ struct ModelState {
 // divides K·Ψ by N, ZeRO-2 also b_g·Ψ, ZeRO-3 all three — over the buffer padded to N (flat
 // for ZeRO-1/2, each tensor for ZeRO-3, whose persistent tensors also keep a whole b_p copy).
 // FSDP divides all three over its shard group S (the world, or the node for HYBRID) with each
-// unit padded to S.
+// unit padded to S; FSDP2 the same with each parameter padded to S rows (fsdp2_padded).
 inline ModelState expected_state(const std::string& s, const ModelLayout& l, Precision precision,
-                                 uint64_t persist_elements, uint64_t N, uint64_t G) {
+                                 uint64_t persist_elements, uint64_t N, uint64_t G,
+                                 uint64_t P = 0) {
   const uint64_t bp = uint64_t(param_bytes(precision)), bg = bp;
   const uint64_t K = precision == Precision::kFp32 ? 8 : 12;
   const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
@@ -150,8 +231,14 @@ inline ModelState expected_state(const std::string& s, const ModelLayout& l, Pre
     }
     return {bp * (pad / N + persistent), bg * pad / N, K * pad / N};
   }
-  const uint64_t S = s.find("hybrid") != std::string::npos ? G : N;
-  const uint64_t pad = fsdp_padded(l, S).first;
+  if (s == "mics") {  // each parameter flat, padded to the partition of P
+    const uint64_t part = P > 0 ? P : G, pad = fsdp2_padded(l, part, false).first;
+    return {bp * pad / part, bg * pad / part, K * pad / part};
+  }
+  const bool hybrid = s.find("hybrid") != std::string::npos || s == "fsdp2_hsdp";
+  const uint64_t S = hybrid ? G : N;
+  const uint64_t pad =
+      s.rfind("fsdp2", 0) == 0 ? fsdp2_padded(l, S).first : fsdp_padded(l, S).first;
   return {bp * pad / S, bg * pad / S, K * pad / S};
 }
 

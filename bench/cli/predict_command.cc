@@ -35,6 +35,10 @@ struct PredictArgs {
   std::string backward_prefetch = "pre";
   bool forward_prefetch = false;
   std::string overlap = "on";
+  int fsdp2_reshard_after_forward = -1;  // -1 true, 0 false, K
+  int fsdp2_prefetch = 1;
+  int mics_shard_size = 0;
+  bool mics_hierarchical = false;
   double mem_limit_gb = 0;
   bool untied_head = false;
   bool fit = false;
@@ -112,6 +116,10 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
           fmt::format("--zero-schedule {}", a.zero_schedule), "shipped|paper");
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
                       o);
+  o.fsdp2_reshard_after_forward = a.fsdp2_reshard_after_forward;
+  o.fsdp2_prefetch = a.fsdp2_prefetch;
+  o.mics_shard_size = a.mics_shard_size;
+  o.mics_hierarchical_params_gather = a.mics_hierarchical;
   return cfg;
 }
 
@@ -257,6 +265,18 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
   p->add_option("--overlap", a.overlap, "on | off")->capture_default_str();
+  p->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
+                "FSDP2: -1 true, 0 false, K the post-forward group (the node)")
+      ->check(CLI::Range(-1, 1 << 20))
+      ->capture_default_str();
+  p->add_option("--fsdp2-prefetch", a.fsdp2_prefetch, "FSDP2 groups gathered ahead")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  p->add_option("--mics-shard-size", a.mics_shard_size, "MiCS partition (0: the node)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
+              "MiCS two-level all-gather (a partition of whole nodes)");
   p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
       ->capture_default_str();
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");

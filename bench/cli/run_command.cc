@@ -195,7 +195,9 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   if (a.ranks_per_node > 0 && mpi.world_size() % a.ranks_per_node != 0)
     throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size {}",
                                  a.ranks_per_node, mpi.world_size()));
-  const Topology topo = mpi.topology(a.ranks_per_node);
+  const Topology nodes = mpi.topology(a.ranks_per_node);
+  check_group_knobs(cfg.options, nodes.world_size(), nodes.ranks_per_node());
+  const Topology topo = nodes.with_partition(cfg.options.mics_shard_size);
   const bool root = topo.rank() == 0;
   const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
   if (cfg.fault.kind.rfind("kill-", 0) == 0) {  // a fault in the results write, not in a step

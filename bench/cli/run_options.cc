@@ -58,6 +58,19 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_option("--ds-config", a.ds_config,
                   "DeepSpeed config JSON: configures zero1/2/3 as DeepSpeed would");
+  app->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
+                  "FSDP2 reshard_after_forward: true | false | K (ranks to reshard to: the node)")
+      ->capture_default_str();
+  app->add_option("--fsdp2-prefetch", a.fsdp2_prefetch,
+                  "FSDP2 groups all-gathered ahead in forward and backward (1 = implicit)")
+      ->capture_default_str();
+  app->add_option("--mics-shard-size", a.mics_shard_size,
+                  "MiCS ranks per partition group; must divide the world (0 = ranks per node)")
+      ->capture_default_str();
+  app->add_option("--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
+                  "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
+                  "nodes: on | off")
+      ->capture_default_str();
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
@@ -184,6 +197,17 @@ RunConfig to_run_config(const RunArgs& a) {
           "0 (none) or a positive size in GiB");
   require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
   require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
+  const std::string& raf = a.fsdp2_reshard_after_forward;
+  const bool raf_int = !raf.empty() && raf.size() < 6 &&
+                       raf.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(raf) >= 1;
+  require(raf == "true" || raf == "false" || raf_int, "--fsdp2-reshard-after-forward", raf,
+          "true|false|K with K >= 1");
+  require(a.fsdp2_prefetch >= 0 && a.fsdp2_prefetch <= 64, "--fsdp2-prefetch", a.fsdp2_prefetch,
+          "0..64");
+  require(a.mics_shard_size >= 0, "--mics-shard-size", a.mics_shard_size, ">= 0");
+  require(a.mics_hierarchical_params_gather == "on" || a.mics_hierarchical_params_gather == "off",
+          "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather, "on|off");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
   require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
@@ -233,8 +257,15 @@ RunConfig to_run_config(const RunArgs& a) {
   o.overlap = a.overlap == "on";
   o.prefetch_elements = a.prefetch_elements;
   o.persist_elements = a.persist_elements;
+  o.fsdp2_reshard_after_forward = raf == "true" ? -1 : raf == "false" ? 0 : std::stoi(raf);
+  o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
+  o.mics_shard_size = a.mics_shard_size;
+  o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
+  // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
+  if (a.np > 0 && a.hosts.empty())
+    check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
   require(a.zero_schedule == "shipped" || a.zero_schedule == "paper", "--zero-schedule",
           a.zero_schedule, "shipped|paper");
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
@@ -246,6 +277,21 @@ RunConfig to_run_config(const RunArgs& a) {
   // the file's stage against --strategies, checked here: before any rank starts
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   return d.applied;
+}
+
+void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node) {
+  const int k = o.fsdp2_reshard_after_forward;
+  if (k > 1 && k != world && k != ranks_per_node)
+    throw UsageError(fmt::format(
+        "--fsdp2-reshard-after-forward {}: an integer must be 1, the ranks per node {} or the "
+        "world size {} (post-forward groups are nodes)", k, ranks_per_node, world));
+  const int P = o.mics_shard_size > 0 ? o.mics_shard_size : ranks_per_node;
+  if (world % P != 0)
+    throw UsageError(fmt::format("--mics-shard-size {}: must divide the world size {}", P, world));
+  if (o.mics_hierarchical_params_gather && (P <= ranks_per_node || P % ranks_per_node != 0))
+    throw UsageError(fmt::format(
+        "--mics-hierarchical-params-gather on: needs a partition of whole nodes spanning more than "
+        "one (--mics-shard-size {} with {} ranks per node)", P, ranks_per_node));
 }
 
 }  // namespace sb

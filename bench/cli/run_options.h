@@ -37,6 +37,10 @@ struct RunArgs {
   uint64_t persist_elements = 0;
   std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
   std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
+  std::string fsdp2_reshard_after_forward = "true";  // true | false | K
+  int fsdp2_prefetch = 1;
+  int mics_shard_size = 0;  // 0: ranks per node
+  std::string mics_hierarchical_params_gather = "off";
   std::string device = "cpu";
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
@@ -64,6 +68,9 @@ CLI::Validator whole_number(uint64_t min, uint64_t max = UINT64_MAX);
 
 void add_run_options(CLI::App* app, RunArgs& a);
 RunConfig to_run_config(const RunArgs& a);  // throws UsageError
+// The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
+// integer reshard_after_forward and MiCS's partition. Throws UsageError.
+void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);
 std::vector<std::string> parse_strategy_list(const std::string& s);  // throws UsageError
 
 int run_command(const RunArgs& a, int argc, char** argv);

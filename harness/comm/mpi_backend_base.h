@@ -42,7 +42,13 @@ class MpiBackendBase : public CommBackend {
     MPI_Comm_dup(MPI_COMM_WORLD, &comms_[int(GroupKind::kWorld)]);
     MPI_Comm_split(MPI_COMM_WORLD, topo.node(), topo.rank(), &comms_[int(GroupKind::kIntra)]);
     MPI_Comm_split(MPI_COMM_WORLD, topo.local_rank(), topo.rank(), &comms_[int(GroupKind::kInter)]);
-    for (GroupKind g : {GroupKind::kWorld, GroupKind::kIntra, GroupKind::kInter}) {
+    const int P = topo.partition_size(), part = topo.rank() / P;
+    MPI_Comm_split(MPI_COMM_WORLD, part, topo.rank(), &comms_[int(GroupKind::kPartition)]);
+    MPI_Comm_split(MPI_COMM_WORLD, topo.rank() % P, topo.rank(), &comms_[int(GroupKind::kReplica)]);
+    MPI_Comm_split(MPI_COMM_WORLD, part * topo.ranks_per_node() + topo.local_rank(), topo.rank(),
+                   &comms_[int(GroupKind::kPartitionInter)]);
+    for (int k = 0; k < kNumGroupKinds; ++k) {
+      const GroupKind g = GroupKind(k);
       int size = 0, rank = 0;
       MPI_Comm_size(comms_[int(g)], &size);
       MPI_Comm_rank(comms_[int(g)], &rank);
@@ -76,7 +82,8 @@ class MpiBackendBase : public CommBackend {
 
   Topology topo_;
   size_t max_elems_;  // elements per MPI call (INT_MAX; smaller in tests of the split path)
-  MPI_Comm comms_[3] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  MPI_Comm comms_[kNumGroupKinds] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL,
+                                     MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   std::vector<unsigned char> scratch_[2];
 };

@@ -72,11 +72,11 @@ class MeasuredStep final : public StepObserver {
   double busy_at_begin_ = 0, busy_s_ = 0;
 };
 
-Topology simulated_topology(int N, int G, const Topology* topo) {
-  if (topo == nullptr) return Topology::virtual_nodes(N, 0, G);
+Topology simulated_topology(int N, int G, int partition, const Topology* topo) {
+  if (topo == nullptr) return Topology::virtual_nodes(N, 0, G).with_partition(partition);
   std::vector<int> node(size_t(N), 0);
   for (int r = 0; r < N; ++r) node[size_t(r)] = topo->node_of(r);
-  return Topology(N, 0, std::move(node));
+  return Topology(N, 0, std::move(node)).with_partition(partition);
 }
 
 RunConfig dry_run_config(const PredictConfig& cfg) {
@@ -166,13 +166,18 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   p.description = entry->description;
 
   // The simulated rank 0 of the world: its device, its communicator, the loop's own driver.
-  const Topology sim_topo = simulated_topology(N, G, topo);
+  // On a given topology its partitions (the run's); otherwise the option (0: the node).
+  const int P = topo ? topo->partition_size() : cfg.options.mics_shard_size;
+  if (P < 0 || (P > 0 && N % P != 0))
+    throw std::invalid_argument("--mics-shard-size " + std::to_string(P) +
+                                ": must divide the world size " + std::to_string(N));
+  const Topology sim_topo = simulated_topology(N, G, P, topo);
   SimClock clock;
   clock.serial = cluster.oversubscription(N) > 1.0;
   const std::unique_ptr<Device> device = make_sim_device(
       cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank);
   auto account = [&] {
-    return topo ? TrafficAccount(*topo, cluster) : TrafficAccount(N, G, cluster);
+    return topo ? TrafficAccount(sim_topo, cluster) : TrafficAccount(N, G, cluster, P);
   };
   TrafficAccount setup_account = account(), step_account = account();
   auto backend = std::make_unique<SimBackend>(clock, &setup_account);
@@ -209,7 +214,10 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
   FitResult r;
   r.strategy = strategy;
   const int G = std::max(1, cfg.ranks_per_node);
+  // --mics-shard-size P: only worlds of whole partitions exist; others count as not fitting
+  const int P = cfg.options.mics_shard_size;
   auto try_world = [&](int n) {
+    if (P > 0 && n % P != 0) return Prediction{};
     cfg.world = n;
     cfg.ranks_per_node = n < G ? n : G;
     return predict(cfg, strategy, cluster);

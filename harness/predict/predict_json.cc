@@ -50,7 +50,7 @@ json prediction_json(const Prediction& p) {
   const Traffic& t = p.traffic;
   json by_kind = json::array();
   for (int k = 0; k < kNumCollKinds; ++k)
-    for (int g = 0; g < 3; ++g) {
+    for (int g = 0; g < kNumGroupKinds; ++g) {
       const KindTotals& kt = t.by_kind[k][g];
       if (kt.count == 0) continue;
       by_kind.push_back({{"kind", coll_name(CollKind(k))},

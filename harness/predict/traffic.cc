@@ -27,10 +27,18 @@ uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes,
   return RingSchedule(kind, size_t(count), n, i).sent_elements() * elem_bytes;
 }
 
-TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster)
-    : N_(world), G_(ranks_per_node), M_(world / ranks_per_node), cluster_(cluster) {
+TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster,
+                               int partition)
+    : N_(world),
+      G_(ranks_per_node),
+      M_(world / ranks_per_node),
+      P_(partition > 0 ? partition : ranks_per_node),
+      cluster_(cluster),
+      intra_(size_t(world), 0),
+      inter_(size_t(world), 0) {
   SB_CHECK(world >= 1 && ranks_per_node >= 1 && world % ranks_per_node == 0,
            "world " << world << " is not a whole number of nodes of " << ranks_per_node);
+  SB_CHECK(world % P_ == 0, "partition of " << P_ << " does not divide the world " << world);
   diff_[int(GroupKind::kWorld)].assign(size_t(N_) + 1, 0);
   diff_[int(GroupKind::kIntra)].assign(size_t(G_) + 1, 0);
   diff_[int(GroupKind::kInter)].assign(size_t(M_) + 1, 0);
@@ -40,17 +48,57 @@ TrafficAccount::TrafficAccount(const Topology& topo, const Cluster& cluster)
     : N_(topo.world_size()),
       G_(topo.ranks_per_node()),
       M_(topo.num_nodes()),
+      P_(topo.partition_size()),
       cluster_(cluster),
       topo_(&topo),
       intra_(size_t(N_), 0),
       inter_(size_t(N_), 0) {
   std::vector<int> node(static_cast<size_t>(N_), 0);
   for (int r = 0; r < N_; ++r) node[r] = topo.node_of(r);
-  for (int r = 0; r < N_; ++r) rank_topos_.emplace_back(N_, r, node);
+  for (int r = 0; r < N_; ++r) rank_topos_.push_back(Topology(N_, r, node).with_partition(P_));
 }
 
 int TrafficAccount::n_of(GroupKind g) const {
-  return g == GroupKind::kWorld ? N_ : g == GroupKind::kIntra ? G_ : M_;
+  switch (g) {
+    case GroupKind::kWorld: return N_;
+    case GroupKind::kIntra: return G_;
+    case GroupKind::kInter: return M_;
+    case GroupKind::kPartition: return P_;
+    case GroupKind::kReplica: return N_ / P_;
+    case GroupKind::kPartitionInter: return P_ % G_ == 0 ? P_ / G_ : 1;
+  }
+  return 1;
+}
+
+// Consecutive nodes of G and partitions of P: rank r's position in its group and its ring
+// successor, so each rank's sends come from ring_sent_closed_form and the successor's node.
+void TrafficAccount::add_partition_call(const PredictedCall& c, uint64_t& sent, uint64_t& max_rank,
+                                        uint64_t& node_inter, double& senders) {
+  const int n = n_of(c.group);
+  const size_t e = dtype_bytes(c.dtype);
+  uint64_t inter_sum = 0, inter_ranks = 0;
+  for (int r = 0; r < N_; ++r) {
+    const int base = r / P_ * P_;
+    int i = 0, next = r;
+    if (c.group == GroupKind::kPartition) {
+      i = r - base;
+      next = base + (i + 1) % n;
+    } else if (c.group == GroupKind::kReplica) {
+      i = r / P_;
+      next = r % P_ + (i + 1) % n * P_;
+    } else {  // kPartitionInter: my partition's ranks with my local rank (P a multiple of G)
+      i = n > 1 ? (r - base) / G_ : 0;
+      next = n > 1 ? base + r % G_ + (i + 1) % n * G_ : r;
+    }
+    const uint64_t b = ring_sent_closed_form(c.kind, c.count, e, n, i);
+    const bool inter = r / G_ != next / G_;
+    (inter ? inter_ : intra_)[size_t(r)] += b;
+    sent += b;
+    max_rank = std::max(max_rank, b);
+    if (inter) inter_sum += b, inter_ranks += b > 0;
+  }
+  node_inter = inter_sum / uint64_t(M_);
+  senders = std::max(1.0, double(inter_ranks) / M_);
 }
 
 double TrafficAccount::add(const PredictedCall& c) {
@@ -66,7 +114,11 @@ double TrafficAccount::add(const PredictedCall& c) {
   const uint64_t base = c.count / uint64_t(n), rem = c.count % uint64_t(n);
   const uint64_t twice = c.kind == CollKind::kAllReduce ? 2 : 1;
   uint64_t max_rank = twice * (c.count - base) * e, sent = 0, node_inter = 0;
-  if (topo_ != nullptr) {
+  double senders = c.group == GroupKind::kWorld ? 1.0 : double(G_);  // inter senders per node
+  if (topo_ == nullptr && int(c.group) >= int(GroupKind::kPartition)) {
+    max_rank = 0;
+    add_partition_call(c, sent, max_rank, node_inter, senders);
+  } else if (topo_ != nullptr) {
     uint64_t inter_sum = 0;
     max_rank = 0;
     for (int r = 0; r < N_; ++r) {
@@ -106,7 +158,7 @@ double TrafficAccount::add(const PredictedCall& c) {
     if (M_ > 1 && c.group == GroupKind::kInter) node_inter = uint64_t(G_) * max_rank;
   }
   k.sent_bytes += sent;
-  const double time = call_time(c, max_rank, node_inter);
+  const double time = call_time(c, max_rank, node_inter, senders);
   k.time_s += time;
   t_.comm_s += time;
   return time;
@@ -118,11 +170,12 @@ double TrafficAccount::add(const PredictedCall& c) {
 // hop at once, so the slower hop class sets the pace (nccl-tests PERFORMANCE.md): a rank's
 // bytes over its node link, or a node's boundary bytes over the node's network bandwidth.
 double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes,
-                                 uint64_t node_inter) const {
+                                 uint64_t node_inter, double inter_senders) const {
   const int n = n_of(c.group);
   const double passes = c.kind == CollKind::kAllReduce ? 2.0 : 1.0;
-  const bool crosses = M_ > 1 && c.group != GroupKind::kIntra;
-  const double inter_steps = crosses ? passes * (M_ - 1) : 0.0;
+  const bool partition = int(c.group) >= int(GroupKind::kPartition);
+  const bool crosses = M_ > 1 && c.group != GroupKind::kIntra && (!partition || node_inter > 0);
+  const double inter_steps = crosses ? passes * std::min(n - 1, M_ - 1) : 0.0;
   const double steps = passes * (n - 1);
   const double eff = cluster_.comm_efficiency;
   const double latency = cluster_.base_latency_s +
@@ -133,9 +186,8 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
     bw_t = double(max_rank_bytes) / (cluster_.intra.bw_bytes_per_s * eff);
   if (crosses) {
     // Senders across the boundary per node: one in a world ring, all G in the inter rings.
-    const double senders = c.group == GroupKind::kWorld ? 1.0 : double(G_);
     const double node_bw =
-        cluster_.inter.bw_bytes_per_s * eff * (cluster_.inter.per_rank ? senders : 1.0);
+        cluster_.inter.bw_bytes_per_s * eff * (cluster_.inter.per_rank ? inter_senders : 1.0);
     bw_t = std::max(bw_t, double(node_inter) / node_bw);
   }
   return latency + bw_t;
@@ -167,7 +219,8 @@ Traffic TrafficAccount::finish() const {
   for (int r = 0; r < N_; ++r) {
     const uint64_t w = at[0][size_t(r)], in = at[1][size_t(r % G_)], out = at[2][size_t(r / G_)];
     const bool world_hop_inter = M_ > 1 && (r + 1) % G_ == 0;
-    fold(in + (world_hop_inter ? 0 : w), out + (world_hop_inter ? w : 0));
+    fold(intra_[size_t(r)] + in + (world_hop_inter ? 0 : w),
+         inter_[size_t(r)] + out + (world_hop_inter ? w : 0));
   }
   return t;
 }

@@ -34,15 +34,16 @@ struct Traffic {
   uint64_t sent_intra = 0, sent_inter = 0;          // summed over ranks
   uint64_t max_rank_sent = 0;                       // max over ranks of the step's sends
   uint64_t max_rank_intra = 0, max_rank_inter = 0;  // max over ranks, by hop class
-  std::array<std::array<KindTotals, 3>, kNumCollKinds> by_kind{};  // [kind][group]
+  std::array<std::array<KindTotals, kNumGroupKinds>, kNumCollKinds> by_kind{};  // [kind][group]
   std::array<uint64_t, 64> size_histogram{};  // count by payload rounded up to 2^i
   double comm_s = 0;                          // every collective back to back
 };
 
 class TrafficAccount {
  public:
-  // Consecutive virtual nodes of `ranks_per_node` (Topology::virtual_nodes).
-  TrafficAccount(int world, int ranks_per_node, const Cluster& cluster);
+  // Consecutive virtual nodes of `ranks_per_node` (Topology::virtual_nodes), partitions of
+  // `partition` consecutive ranks (0: the node).
+  TrafficAccount(int world, int ranks_per_node, const Cluster& cluster, int partition = 0);
   // Any topology: every rank's sends from ring_model_sent (O(world^2) per collective).
   TrafficAccount(const Topology& topo, const Cluster& cluster);
   // Adds one collective; returns its time (the simulated backend's cost function).
@@ -51,8 +52,12 @@ class TrafficAccount {
 
  private:
   int n_of(GroupKind g) const;
-  double call_time(const PredictedCall& c, uint64_t max_rank_bytes, uint64_t node_inter) const;
-  int N_, G_, M_;
+  double call_time(const PredictedCall& c, uint64_t max_rank_bytes, uint64_t node_inter,
+                   double inter_senders) const;
+  // Closed-form path, partition groups: every rank's sends by its position and successor, O(N).
+  void add_partition_call(const PredictedCall& c, uint64_t& sent, uint64_t& max_rank,
+                          uint64_t& node_inter, double& senders);
+  int N_, G_, M_, P_;
   const Cluster& cluster_;
   const Topology* topo_ = nullptr;
   std::vector<Topology> rank_topos_;     // topology path: the same topology seen from each rank

@@ -136,6 +136,12 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"reuse_distance", o.reuse_distance},
       {"ds_config", cfg.ds_config},
       {"ds_config_ignored", cfg.ds_config_ignored},
+      {"fsdp2_reshard_after_forward", o.fsdp2_reshard_after_forward < 0    ? nlohmann::json(true)
+                                      : o.fsdp2_reshard_after_forward == 0 ? nlohmann::json(false)
+                                      : nlohmann::json(o.fsdp2_reshard_after_forward)},
+      {"fsdp2_prefetch", o.fsdp2_prefetch},
+      {"mics_shard_size", o.mics_shard_size},
+      {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},

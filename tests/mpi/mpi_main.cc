@@ -15,6 +15,7 @@ namespace sb::testing {
 MpiRuntime* g_runtime = nullptr;
 int g_ranks_per_node = 0;
 const char* g_model_spec = "tiny";
+int g_partition = 0;
 
 namespace {
 // Prints only failed assertions and failed tests, each line prefixed with "[rank r]".
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
       sb::testing::g_ranks_per_node = std::atoi(argv[i] + 6);
     else if (std::strncmp(argv[i], "--model=", 8) == 0)
       sb::testing::g_model_spec = argv[i] + 8;
+    else if (std::strncmp(argv[i], "--partition=", 12) == 0)
+      sb::testing::g_partition = std::atoi(argv[i] + 12);
   if (runtime.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());

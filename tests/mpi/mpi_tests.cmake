@@ -34,6 +34,14 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 # LayerNorms and projection biases (25) that divide by neither 2 nor 3, so at a world of 3 every
 # flat buffer, bucket, unit and most tensor shards are padded and every ring has uneven chunks.
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 ARGS --model=2,25,5,16,59)
+# MiCS with partitions other than the node (the runs above use the default, P = G): spanning two
+# nodes (hierarchical all-gather possible, 4:1 with replicas, 4:2 without), and splitting one
+# node in two (replicas inside it); the odd shape at a world of 3 as one partition over 3 nodes.
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_mics_p2 4:1 4:4 ARGS --partition=2 --gtest_filter=*mics*:ParityKnobs.*)
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_mics_p4 4:2 ARGS --partition=4 --gtest_filter=*mics*:ParityKnobs.*)
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd_mics_p3 3:1 ARGS --partition=3 --model=2,25,5,16,59 --gtest_filter=*mics*:ParityKnobs.*)
 
 # The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
 sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)
+sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict_mics_p2 4:1 4:4 ARGS --partition=2 --gtest_filter=*mics*)
+sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict_mics_p4 4:2 ARGS --partition=4 --gtest_filter=*mics*)

@@ -53,6 +53,22 @@ std::vector<Knobs> knob_cases() {
          c.options.bucket_mb = 0.004;
        },
        "zero"},
+      {"fsdp2_node_prefetch2",
+       [](RunConfig& c) {
+         c.options.fsdp2_reshard_after_forward = run_env().topo.ranks_per_node();
+         c.options.fsdp2_prefetch = 2;
+       }},
+      {"fsdp2_no_reshard_no_prefetch",
+       [](RunConfig& c) {
+         c.options.fsdp2_reshard_after_forward = 0;
+         c.options.fsdp2_prefetch = 0;
+       }},
+      {"mics_hierarchical",
+       [](RunConfig& c) {
+         const Topology& t = run_env().topo;
+         const int P = t.partition_size(), G = t.ranks_per_node();
+         c.options.mics_hierarchical_params_gather = P > G && P % G == 0;
+       }},
       {"untied_bf16",
        [](RunConfig& c) {
          c.model.tied_head = false;
@@ -82,9 +98,10 @@ std::vector<Case> cases() {
   std::vector<Case> v;
   for (const std::string& shape : shapes())
     for (const std::string& s : strategy_names())
-      for (const Knobs& k : knob_cases())
-        if (s.rfind(k.only, 0) == 0)
+      for (const Knobs& k : knob_cases()) {
+        if (s.rfind(k.only, 0) != 0) continue;  // a family's own knobs change nothing elsewhere
         for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
+      }
   return v;
 }
 
@@ -109,10 +126,10 @@ TEST_P(DryRun, PredictEqualsTheRun) {
   EXPECT_EQ(r.sent_inter_all, p.traffic.sent_inter) << "inter-node bytes per step, all ranks";
   EXPECT_EQ(r.sent_max_rank, p.traffic.max_rank_sent);
   EXPECT_EQ(r.step_entries.size(), p.traffic.collectives) << "collectives per step";
-  uint64_t counts[kNumCollKinds][3] = {};  // per kind and group, as the prediction's by_kind
+  uint64_t counts[kNumCollKinds][kNumGroupKinds] = {};  // per kind and group, as the prediction's by_kind
   for (const LedgerEntry& e : r.step_entries) ++counts[int(e.kind)][int(e.group)];
   for (int k = 0; k < kNumCollKinds; ++k)
-    for (int g = 0; g < 3; ++g)
+    for (int g = 0; g < kNumGroupKinds; ++g)
       EXPECT_EQ(counts[k][g], p.traffic.by_kind[k][g].count)
           << coll_name(CollKind(k)) << " over " << group_name(GroupKind(g));
   EXPECT_EQ(r.payload_bytes, p.traffic.payload_bytes);

@@ -11,11 +11,15 @@
 namespace sb::testing {
 namespace {
 
+// reshard: FSDP2's reshard_after_forward (-1 True, 0 False, -2 the node's ranks per node).
+// hier: MiCS's hierarchical all-gather (skipped where the partition does not span whole nodes).
 struct Case {
   std::string strategy;
   Precision precision;
   uint64_t persist;
   ZeroSchedule schedule = ZeroSchedule::kShipped;
+  int reshard = -1;
+  bool hier = false;
 };
 
 class Bytes : public ::testing::TestWithParam<Case> {};
@@ -25,14 +29,19 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   RunConfig cfg = tiny_config(c.precision, 2);
   cfg.options.persist_elements = c.persist;
   apply_zero_schedule(c.schedule, cfg.options);
+  const Topology& topo = run_env().topo;
+  cfg.options.fsdp2_reshard_after_forward = c.reshard == -2 ? topo.ranks_per_node() : c.reshard;
+  const int P = topo.partition_size(), G = topo.ranks_per_node();
+  if (c.hier && (P <= G || P % G != 0)) GTEST_SKIP() << "the partition does not span nodes";
+  cfg.options.mics_hierarchical_params_gather = c.hier;
   const StrategyRun r = run(c.strategy, cfg, false);
   ASSERT_EQ(r.status, "ok") << r.error;
   EXPECT_TRUE(r.traffic_counted);
-  const Topology& topo = run_env().topo;
   const closed_forms::Bytes e =
       closed_forms::expected_bytes(c.strategy, make_layout(cfg.model), c.precision, c.persist,
                                    topo.world_size(), topo.ranks_per_node(),
-                                   cfg.options.zero_grad_reduce, cfg.options.reuse_distance);
+                                   cfg.options.zero_grad_reduce, cfg.options.reuse_distance,
+                                   cfg.options.fsdp2_reshard_after_forward, P, c.hier);
   EXPECT_EQ(double(r.sent_intra_all), e.intra) << "intra-node bytes per step, summed over ranks";
   EXPECT_EQ(double(r.sent_inter_all), e.inter) << "inter-node bytes per step, summed over ranks";
 }
@@ -48,13 +57,20 @@ std::vector<Case> cases() {
     for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
       v.push_back({s, p, 0, ZeroSchedule::kPaper});
   v.push_back({"zero3", Precision::kFp32, 100, ZeroSchedule::kPaper});
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, 0});         // reshard_after_forward=False
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, -2});        // =ranks per node: backward in the node
+  v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -2});
+  v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true});
+  v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](const auto& info) {
   return info.param.strategy + (info.param.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
          (info.param.persist ? "_persist" + std::to_string(info.param.persist) : "") +
-         (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "");
+         (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
+         (info.param.reshard == 0 ? "_no_reshard" : info.param.reshard == -2 ? "_reshard_node" : "") +
+         (info.param.hier ? "_hierarchical" : "");
 });
 
 TEST(BytesShape, ZeroThreeIssuesMoreSmallerCollectivesThanFullShard) {
@@ -73,6 +89,22 @@ TEST(BytesShape, HybridMovesFewerInterNodeBytesThanFullShard) {
   const StrategyRun hy = run("fsdp_hybrid_shard", tiny_config(Precision::kFp32, 2), false);
   const StrategyRun fs = run("fsdp_full_shard", tiny_config(Precision::kFp32, 2), false);
   EXPECT_LT(hy.sent_inter_all, fs.sent_inter_all);
+}
+
+TEST(BytesShape, Fsdp2ReshardToTheNodeKeepsTheBackwardGatherInside) {
+  const Topology& t = run_env().topo;
+  if (t.num_nodes() < 2 || t.ranks_per_node() < 2) GTEST_SKIP() << "needs >= 2 nodes of >= 2 ranks";
+  RunConfig cfg = tiny_config(Precision::kFp32, 2);
+  const StrategyRun whole = run("fsdp2", cfg, false);
+  cfg.options.fsdp2_reshard_after_forward = t.ranks_per_node();
+  const StrategyRun node = run("fsdp2", cfg, false);
+  ASSERT_EQ(node.status, "ok") << node.error;
+  EXPECT_LT(node.sent_inter_all, whole.sent_inter_all);
+  uint64_t intra_gathers = 0;
+  for (const LedgerEntry& e : node.step_entries)
+    intra_gathers += e.kind == CollKind::kAllGather && e.group == GroupKind::kIntra;
+  EXPECT_EQ(intra_gathers, uint64_t(cfg.model.n_layer))
+      << "one node all-gather per non-root group in backward";
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ TEST_P(ModelStateTest, EqualsZeroPaperForm) {
   ASSERT_EQ(r.status, "ok") << r.error;
   const Topology& topo = run_env().topo;
   const closed_forms::ModelState e = closed_forms::expected_state(
-      s, make_layout(cfg.model), p, 0, topo.world_size(), topo.ranks_per_node());
+      s, make_layout(cfg.model), p, 0, topo.world_size(), topo.ranks_per_node(),
+      topo.partition_size());
   EXPECT_EQ(r.model_state_params, e.params);
   EXPECT_EQ(r.model_state_grads, e.grads);
   EXPECT_EQ(r.model_state_optimizer, e.optimizer);

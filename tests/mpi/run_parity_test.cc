@@ -134,8 +134,15 @@ TEST(ParityKnobs, OverlapPrefetchAndWrapDoNotChangeTheMath) {
       {"fsdp_full_shard", "wrap model", [](RunConfig& c) { c.options.wrap = "model"; }},
       {"fsdp_full_shard", "every-2, post prefetch, fwd prefetch", [](RunConfig& c) { c.options.wrap = "every-2"; c.options.backward_prefetch = BackwardPrefetch::kPost; c.options.forward_prefetch = true; }},
       {"fsdp_hybrid_shard", "no prefetch, no limiter", [](RunConfig& c) { c.options.backward_prefetch = BackwardPrefetch::kNone; c.options.limit_all_gathers = false; }},
+      {"fsdp2", "reshard to the node, prefetch 2", [](RunConfig& c) { c.options.fsdp2_reshard_after_forward = run_env().topo.ranks_per_node(); c.options.fsdp2_prefetch = 2; }},
+      {"fsdp2", "no reshard, no prefetch, every-2", [](RunConfig& c) { c.options.fsdp2_reshard_after_forward = 0; c.options.fsdp2_prefetch = 0; c.options.wrap = "every-2"; }},
+      {"fsdp2_hsdp", "wrap model, overlap off", [](RunConfig& c) { c.options.wrap = "model"; c.options.overlap = false; }},
   };
-  for (const Variant& v : variants) {
+  const Topology& t = run_env().topo;
+  std::vector<Variant> all = variants;
+  if (t.partition_size() > t.ranks_per_node() && t.partition_size() % t.ranks_per_node() == 0)
+    all.push_back({"mics", "hierarchical all-gather", [](RunConfig& c) { c.options.mics_hierarchical_params_gather = true; }});
+  for (const Variant& v : all) {
     RunConfig c = tiny_config();
     v.set(c);
     const StrategyRun r = run(v.strategy, c);

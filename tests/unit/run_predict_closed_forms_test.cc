@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <string>
+#include <tuple>
 
 #include "harness/device/device.h"
 #include "harness/model/gpt.h"
@@ -127,6 +129,33 @@ TEST(PredictRing, UnevenCountsAgreeBetweenClosedFormAndTopologyPaths) {
     EXPECT_EQ(a.max_rank_sent, b.max_rank_sent);
     EXPECT_EQ(a.max_rank_intra, b.max_rank_intra);
     EXPECT_EQ(a.max_rank_inter, b.max_rank_inter);
+  }
+}
+
+// MiCS's groups: the closed-form path's per-rank walk against ring_model_sent on the topology,
+// for partitions inside a node, of one node, and spanning nodes.
+TEST(PredictRing, PartitionGroupsAgreeBetweenClosedFormAndTopologyPaths) {
+  const Cluster cluster = load_cluster("dgx-h100");
+  for (auto [N, G, P] : {std::tuple{4, 2, 4}, std::tuple{4, 1, 2}, std::tuple{8, 4, 2},
+                         std::tuple{12, 2, 6}, std::tuple{6, 3, 3}, std::tuple{8, 2, 8}}) {
+    TrafficAccount closed(N, G, cluster, P);
+    const Topology topo = Topology::virtual_nodes(N, 0, G).with_partition(P);
+    TrafficAccount ring(topo, cluster);
+    for (uint64_t count : {7ull, 13ull, 1000003ull, 5ull})
+      for (GroupKind g : {GroupKind::kPartition, GroupKind::kReplica, GroupKind::kPartitionInter})
+        for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
+          if (g == GroupKind::kPartitionInter && P % G != 0) continue;
+          closed.add({k, g, count, DType::kF32});
+          ring.add({k, g, count, DType::kF32});
+        }
+    const Traffic a = closed.finish(), b = ring.finish();
+    const std::string at = std::to_string(N) + "/" + std::to_string(G) + "/" + std::to_string(P);
+    EXPECT_EQ(a.sent_intra, b.sent_intra) << at;
+    EXPECT_EQ(a.sent_inter, b.sent_inter) << at;
+    EXPECT_GT(a.sent_intra + a.sent_inter, 0u) << at;
+    EXPECT_EQ(a.max_rank_sent, b.max_rank_sent) << at;
+    EXPECT_EQ(a.max_rank_intra, b.max_rank_intra) << at;
+    EXPECT_EQ(a.max_rank_inter, b.max_rank_inter) << at;
   }
 }
 

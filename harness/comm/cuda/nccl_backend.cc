@@ -49,6 +49,15 @@ class NcclBackend final : public CommBackend {
     check_size(world_, topo_.world());
     check_size(intra_, topo_.intra());
     check_size(inter_, topo_.inter());
+    // MiCS's groups (topology.h): my partition, its replicas, my partition's ranks on other nodes
+    const int P = topo_.partition_size(), part = topo_.rank() / P;
+    SB_NCCL_CHECK(ncclCommSplit(world_, part, topo_.rank(), &partition_, nullptr));
+    SB_NCCL_CHECK(ncclCommSplit(world_, topo_.rank() % P, topo_.rank(), &replica_, nullptr));
+    SB_NCCL_CHECK(ncclCommSplit(world_, part * topo_.ranks_per_node() + topo_.local_rank(),
+                                topo_.rank(), &partition_inter_, nullptr));
+    check_size(partition_, topo_.group(GroupKind::kPartition));
+    check_size(replica_, topo_.group(GroupKind::kReplica));
+    check_size(partition_inter_, topo_.group(GroupKind::kPartitionInter));
     // Non-blocking: must not serialise with the legacy default stream.
     SB_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     for (cudaEvent_t& e : issued_)
@@ -64,6 +73,9 @@ class NcclBackend final : public CommBackend {
     // No checks: may run during teardown after an error elsewhere.
     cudaSetDevice(device_);
     cudaStreamSynchronize(comm_);
+    ncclCommDestroy(partition_inter_);
+    ncclCommDestroy(replica_);
+    ncclCommDestroy(partition_);
     ncclCommDestroy(inter_);
     ncclCommDestroy(intra_);
     ncclCommDestroy(world_);
@@ -149,6 +161,9 @@ class NcclBackend final : public CommBackend {
     switch (g) {
       case GroupKind::kIntra: return intra_;
       case GroupKind::kInter: return inter_;
+      case GroupKind::kPartition: return partition_;
+      case GroupKind::kReplica: return replica_;
+      case GroupKind::kPartitionInter: return partition_inter_;
       case GroupKind::kWorld: break;
     }
     return world_;
@@ -172,6 +187,7 @@ class NcclBackend final : public CommBackend {
   std::atomic<uint64_t> next_mark_{0};
   cudaEvent_t coll_start_ = nullptr, coll_end_ = nullptr;  // timing: the collective alone
   ncclComm_t world_ = nullptr, intra_ = nullptr, inter_ = nullptr;
+  ncclComm_t partition_ = nullptr, replica_ = nullptr, partition_inter_ = nullptr;
   float* barrier_buf_ = nullptr;
 };
 
