@@ -79,12 +79,23 @@ class Fsdp final : public Strategy {
     wait_gathered(u);
   }
 
+  // Gradient accumulation as FullyShardedDataParallel.no_sync() (torch 1.13.1,
+  // fully_sharded_data_parallel.py, _post_backward_hook returns before the reduce-scatter when
+  // not _sync_gradients): units reshard as usual, each unit's unsharded gradient is kept
+  // (Ψ_pad·b_g per rank until the last micro-batch) and accumulates; the last reduce-scatters.
+  bool supports_grad_accum() const override { return true; }
+  void begin_micro_step(bool sync) override { sync_ = sync; }
+
   void on_post_backward(int m) override {
     const int u = plan_.unit_of_module[m];
     Unit& U = units_[u];
     if (m != plan_.spans[u].last_bwd) return;
+    // _post_backward_hook: _reshard (free the unit) first, then _prefetch_handles
+    // (BACKWARD_POST's gather of the next unit), then the reduce-scatter.
+    U.full.reset();  // the comm thread reads only the grads from here on
     if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
-      gather(plan_.next_unit(m, -1));  // BACKWARD_POST: after it, before its reduce-scatter
+      gather(plan_.next_unit(m, -1));
+    if (!sync_) return;
     const GroupKind g = desc_.shard_group;
     // after this reduce-scatter each rank holds its shard of the unit's grads, summed over the
     // shard group
@@ -97,7 +108,6 @@ class Fsdp final : public Strategy {
                                                        U.grad_shard.dtype(), GroupKind::kInter,
                                                        "unit" + std::to_string(u)));
     }
-    U.full.reset();  // reshard: the comm thread reads only the grads from here on
     reducing_.push_back(u);
     reap(false);
   }
@@ -105,7 +115,7 @@ class Fsdp final : public Strategy {
   void finish_backward() override { reap(true); }
 
   void optimizer_step(int step) override {
-    const float scale = 1.0f / float(world());
+    const float scale = mean_grad_scale();
     for (Unit& U : units_) SB_CHECK(U.full.empty(), "a unit is still gathered at the step");
     for (Unit& U : units_)
       U.optim->step(U.shard.data(), U.grad_shard.data(), U.grad_shard.dtype(), scale, step);
@@ -189,6 +199,7 @@ class Fsdp final : public Strategy {
   FsdpPlan plan_;
   std::vector<Unit> units_;
   std::deque<int> inflight_, reducing_;
+  bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
 };
 
 }  // namespace

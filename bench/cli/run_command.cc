@@ -206,7 +206,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
   Communicator comm(topo, std::move(backend), ledger);
   const std::vector<std::string> names = parse_strategy_list(a.strategies);
-  const int tokens = topo.world_size() * cfg.batch_per_rank * cfg.model.seq_len;
+  const int tokens =
+      topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
   if (root && !a.quiet)
     fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "
                "strategies, {}+{} steps\n",

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/cli/ddp_config.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
 
@@ -51,6 +52,11 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
       ->transform(whole_number(0))
       ->capture_default_str();
+  app->add_option("--grad-accum", a.grad_accum,
+                  "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
+      ->capture_default_str();
+  app->add_option("--ddp-config", a.ddp_config,
+                  "JSON of DistributedDataParallel arguments for ddp (README: DDP as shipped)");
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
@@ -172,6 +178,7 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6, "--mem-limit-gb", a.mem_limit_gb,
           "0 (none) or a positive size in GiB");
   require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
+  require(a.grad_accum >= 1 && a.grad_accum <= 4096, "--grad-accum", a.grad_accum, "1..4096");
   require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
@@ -218,8 +225,10 @@ RunConfig to_run_config(const RunArgs& a) {
   o.overlap = a.overlap == "on";
   o.prefetch_elements = a.prefetch_elements;
   o.persist_elements = a.persist_elements;
+  o.grad_accum = a.grad_accum;
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
+  if (!a.ddp_config.empty()) parse_ddp_config(a.ddp_config, o.ddp);
   return c;
 }
 

@@ -4,7 +4,10 @@
 // the communicator is idle (after Communicator::synchronize).
 #include "harness/run/train_loop.h"
 
+#include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "harness/common/check.h"
 #include "harness/model/data.h"
@@ -49,13 +52,19 @@ class GptWorkload final : public Workload {
   GptModel model_;
 };
 
-// One training step of this rank; returns its local loss.
-float one_step(Workload& model, Strategy& strategy, int step, const std::vector<int>& tokens,
-               const std::vector<int>& targets) {
+// One training step of this rank: K = grad_accum micro-batches (`batch(k)` makes micro-batch
+// k), then one optimizer step; returns the mean of its local micro-batch losses.
+float one_step(Workload& model, Strategy& strategy, int step, int K, const std::vector<int>& tokens,
+               const std::vector<int>& targets, const std::function<void(int)>& batch) {
   strategy.begin_step();
-  const float loss = model.forward(tokens.data(), targets.data(), strategy);
-  model.backward(strategy);
-  strategy.finish_backward();
+  float loss = 0;
+  for (int k = 0; k < K; ++k) {
+    if (k > 0) batch(k);
+    if (K > 1) strategy.begin_micro_step(k == K - 1);
+    loss += model.forward(tokens.data(), targets.data(), strategy) / float(K);
+    model.backward(strategy);
+    strategy.finish_backward();  // this micro-batch's reductions, if it issued any, complete
+  }
   strategy.optimizer_step(step + 1);
   return loss;
 }
@@ -74,15 +83,19 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
       ctx.device.reset_memory_peak();
       for (StepObserver* o : ctx.observers) o->measured_begin();
     }
-    // Rank r of N takes global samples [step*N*b + r*b, +b): every world size sees the
-    // same global batch, so a 1-rank run computes the same step.
-    make_batch(cfg.options.seed, first_sample_of(uint64_t(step), N, topo.rank(), b), b, T,
-               cfg.model.vocab, tokens.data(), targets.data());
+    // Rank r of N takes global samples [s*N*b + r*b, +b) for micro-batch s = step*K + k: every
+    // world size sees the same global batch of N*b*K, so a 1-rank run computes the same step.
+    const int K = cfg.options.grad_accum;
+    const auto batch = [&](int k) {
+      make_batch(cfg.options.seed, first_sample_of(uint64_t(step) * K + k, N, topo.rank(), b), b,
+                 T, cfg.model.vocab, tokens.data(), targets.data());
+    };
+    batch(0);
     for (StepObserver* o : ctx.observers) o->before_step(step, memory);
     const size_t ledger_mark = comm.ledger().size();
     comm.reset_blocked_seconds();
     const double t0 = ctx.device.now_s();
-    const float loss = one_step(model, strategy, step, tokens, targets);
+    const float loss = one_step(model, strategy, step, K, tokens, targets, batch);
     comm.synchronize();
     ctx.device.synchronize();
     const double local_time = ctx.device.now_s() - t0;
@@ -147,6 +160,9 @@ Verdict train(const StrategyEntry& entry, const RunConfig& cfg, TrainContext& ct
     model = ctx.workload ? ctx.workload(cfg, device, memory)
                          : std::make_unique<GptWorkload>(cfg, device, memory);
     strategy = entry.make(StrategyContext{layout, ctx.comm, device, memory, cfg.options});
+    if (cfg.options.grad_accum > 1 && !strategy->supports_grad_accum())
+      throw std::runtime_error("--grad-accum " + std::to_string(cfg.options.grad_accum) + ": " +
+                               entry.description.name + " does not accumulate gradients yet");
     strategy->setup();
     ctx.comm.synchronize();
     throw_if_any_rank_over_limit(ctx.ranks, memory);

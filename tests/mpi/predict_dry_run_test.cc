@@ -49,6 +49,27 @@ std::vector<Knobs> knob_cases() {
          c.model.tied_head = false;
          c.options.precision = Precision::kBf16Mixed;
        }},
+      {"ddp_view_small_buckets",
+       [](RunConfig& c) {
+         c.options.ddp.gradient_as_bucket_view = true;
+         c.options.ddp.first_bucket_mb = 0.01;
+         c.options.ddp.bucket_cap_mb = 0.03;
+       }},
+      {"ddp_grad_accum3_view",
+       [](RunConfig& c) {
+         c.options.grad_accum = 3;
+         c.options.ddp.gradient_as_bucket_view = true;
+       }},
+      {"accum_k2_bwd_post",
+       [](RunConfig& c) {
+         c.options.grad_accum = 2;
+         c.options.backward_prefetch = BackwardPrefetch::kPost;
+       }},
+      {"ddp_bf16_params",
+       [](RunConfig& c) {
+         c.options.precision = Precision::kBf16Mixed;
+         c.options.ddp.bf16_params = true;
+       }},
   };
 }
 
@@ -73,8 +94,11 @@ std::vector<Case> cases() {
   std::vector<Case> v;
   for (const std::string& shape : shapes())
     for (const std::string& s : strategy_names())
-      for (const Knobs& k : knob_cases())
+      for (const Knobs& k : knob_cases()) {
+        if (k.name.rfind("ddp_", 0) == 0 && s != "ddp") continue;  // read by ddp only
+        if (k.name.rfind("accum_", 0) == 0 && s.rfind("fsdp", 0) != 0 && s != "zero1") continue;
         for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
+      }
   return v;
 }
 

@@ -1,0 +1,66 @@
+// Gradient accumulation (--grad-accum K) of the FSDP strategies as FullyShardedDataParallel
+// .no_sync() does it (torch 1.13.1), and of ZeRO-1 (reduces at the accumulation boundary): parity with a 1-rank full-batch run on the same global
+// batch (N·b·K samples) for K = 2, 3; one reduce-scatter per unit per optimizer step; and the
+// unsharded gradients kept between micro-batches counted: Ψ_pad·b_g of grads beside the shards.
+#include <gtest/gtest.h>
+
+#include "tests/closed_forms.h"
+#include "tests/mpi/run_fixture.h"
+
+namespace sb::testing {
+namespace {
+
+class GradAccumNoSync : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(GradAccumNoSync, NoSyncTrainsLikeTheFullBatchReference) {
+  const auto& [s, K] = GetParam();
+  const Reference ref = reference_run(tiny_config(), global_batch() * K, 3);
+  RunConfig c = tiny_config(Precision::kFp32, 3);
+  c.options.grad_accum = K;
+  const StrategyRun r = run(s, c);
+  ASSERT_EQ(r.status, "ok") << r.error;
+  EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5);
+  for (size_t i = 0; i < ref.loss.size(); ++i)
+    EXPECT_NEAR(r.loss[i], ref.loss[i], 1e-5 * std::fabs(ref.loss[i])) << "step " << i;
+  // One reduction per unit per optimizer step, as at K = 1 (the bytes of the closed form).
+  const Topology& topo = run_env().topo;
+  const closed_forms::Bytes e = closed_forms::expected_bytes(
+      s, make_layout(c.model), Precision::kFp32, 0, topo.world_size(), topo.ranks_per_node());
+  const double gathers_per_micro = double(r.sent_intra_all + r.sent_inter_all) - e.intra - e.inter;
+  EXPECT_GE(gathers_per_micro, 0);  // K - 1 more micro-batches of all-gathers, no more reduces
+  int reduces = 0;
+  for (const LedgerEntry& l : r.step_entries) reduces += l.kind == CollKind::kReduceScatter;
+  c.options.grad_accum = 1;
+  const StrategyRun one = run(s, c, false);
+  int reduces_one = 0;
+  for (const LedgerEntry& l : one.step_entries) reduces_one += l.kind == CollKind::kReduceScatter;
+  EXPECT_EQ(reduces, reduces_one);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FsdpZero1, GradAccumNoSync,
+    ::testing::Combine(::testing::Values("fsdp_full_shard", "fsdp_shard_grad_op",
+                                         "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2", "zero1"),
+                       ::testing::Values(2, 3)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_K" + std::to_string(std::get<1>(info.param));
+    });
+
+// no_sync keeps every unit's unsharded gradient from the first micro-batch's backward to the
+// last one's reduce-scatter: at the peak (the last micro-batch's forward/backward boundary,
+// activations whole) the grads are every unit's full flat gradient, Ψ_pad·b_g, plus the shards.
+TEST(FsdpGradAccumMemory, UnshardedGradsAreKeptUntilTheLastMicroBatch) {
+  if (run_env().topo.world_size() < 2) GTEST_SKIP() << "needs sharding";
+  RunConfig c = tiny_config(Precision::kFp32, 1);
+  c.options.overlap = false;
+  c.options.grad_accum = 2;
+  const StrategyRun r = run("fsdp_full_shard", c, false);
+  ASSERT_EQ(r.status, "ok") << r.error;
+  const uint64_t N = run_env().topo.world_size();
+  const uint64_t pad = closed_forms::fsdp_padded(make_layout(c.model), N).first;
+  EXPECT_EQ(r.breakdown_at_peak[int(MemCategory::kGrads)], 4 * pad + 4 * pad / N);
+  EXPECT_EQ(r.model_state_grads, 4 * pad / N) << "at rest only the shards";
+}
+
+}  // namespace
+}  // namespace sb::testing
