@@ -37,9 +37,9 @@ class Ddp final : public Strategy {
     // DistributedDataParallel._ddp_init_helper / Reducer::rebuild_buckets: from the second
     // iteration on, buckets follow the order gradients became ready, with limits
     // [_DEFAULT_FIRST_BUCKET_BYTES, bucket_bytes_cap]; that steady state is what runs here.
+    const double cap_mb = o.ddp.bucket_cap_mb > 0 ? o.ddp.bucket_cap_mb : o.bucket_mb;
     plan_ = plan_reducer_buckets(ctx_.model, autograd_ready_order(ctx_.model),
-                                 elements(o.ddp.first_bucket_mb),
-                                 elements(o.ddp.bucket_cap_mb > 0 ? o.ddp.bucket_cap_mb : o.bucket_mb));
+                                 elements(o.ddp.first_bucket_mb), elements(cap_mb));
     for (const FlatLayout& b : plan_.buckets) {
       params_.emplace_back(ctx_.memory, MemCategory::kParams, dtype_, b.padded);
       grads_.emplace_back(ctx_.memory, MemCategory::kGrads, dtype_, b.padded);

@@ -54,8 +54,9 @@ class GptWorkload final : public Workload {
 
 // One training step of this rank: K = grad_accum micro-batches (`batch(k)` makes micro-batch
 // k), then one optimizer step; returns the mean of its local micro-batch losses.
-float one_step(Workload& model, Strategy& strategy, int step, int K, const std::vector<int>& tokens,
-               const std::vector<int>& targets, const std::function<void(int)>& batch) {
+float one_step(Workload& model, Strategy& strategy, int step, int K,
+               const std::vector<int>& tokens, const std::vector<int>& targets,
+               const std::function<void(int)>& batch) {
   strategy.begin_step();
   float loss = 0;
   for (int k = 0; k < K; ++k) {

@@ -143,7 +143,7 @@ TEST_P(DdpGradAccum, NoSyncTrainsLikeTheFullBatchReference) {
     // no_sync: the buckets are reduced once per optimizer step, not once per micro-batch
     const ModelLayout l = make_layout(c.model);
     const std::vector<uint64_t> buckets = all_reduce_counts(r);
-    const uint64_t b = 4, first = uint64_t(0.01 * 1024 * 1024 / b), cap = uint64_t(0.03 * 1024 * 1024 / b);
+    const uint64_t first = uint64_t(0.01 * 1024 * 1024 / 4), cap = uint64_t(0.03 * 1024 * 1024 / 4);
     expect_reducer_partition(buckets, l, first, cap);
   }
 }
