@@ -47,12 +47,13 @@ SAME_TOP = ["kind", "backend", "traffic_accounting"]
 SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "batch_per_rank",
                "seq_len", "precision", "wrap", "bucket_mb", "collectives", "backward_prefetch",
                "forward_prefetch", "limit_all_gathers", "overlap", "prefetch_elements",
-               "persist_elements", "matmul_precision", "grad_accum", "ddp"]
+               "persist_elements", "matmul_precision", "grad_accum", "ddp",
+               "fsdp_no_sync"]
 # What a key missing from an older file meant (files before matmul_precision computed every
 # matmul in fp32).
 # Files before grad_accum ran one micro-batch per step; files before `ddp` ran the previous
 # (idealised) ddp, which no `ddp` object describes: comparing them with a newer file is refused.
-CONFIG_DEFAULTS = {"matmul_precision": "fp32", "grad_accum": 1}
+CONFIG_DEFAULTS = {"matmul_precision": "fp32", "grad_accum": 1, "fsdp_no_sync": True}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

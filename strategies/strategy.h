@@ -46,6 +46,9 @@ struct StrategyOptions {
   } ddp;
   // Gradient accumulation: micro-batches per optimizer step (each of the run's batch per rank).
   int grad_accum = 1;
+  // FSDP under accumulation: true = no_sync() (unsharded grads kept, one reduce-scatter); false
+  // = reduce-scatter every micro-batch and accumulate the shards (_saved_grad_shard).
+  bool fsdp_no_sync = true;
 
   DType param_dtype() const { return precision == Precision::kFp32 ? DType::kF32 : DType::kBF16; }
   DType grad_dtype() const { return param_dtype(); }

@@ -55,6 +55,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--grad-accum", a.grad_accum,
                   "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
       ->capture_default_str();
+  app->add_option("--fsdp-no-sync", a.fsdp_no_sync,
+                  "FSDP under --grad-accum: on = no_sync() (one reduce-scatter, unsharded grads "
+                  "kept) | off = reduce-scatter every micro-batch")
+      ->capture_default_str();
   app->add_option("--ddp-config", a.ddp_config,
                   "JSON of DistributedDataParallel arguments for ddp (README: DDP as shipped)");
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
@@ -178,6 +182,8 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6, "--mem-limit-gb", a.mem_limit_gb,
           "0 (none) or a positive size in GiB");
   require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
+  require(a.fsdp_no_sync == "on" || a.fsdp_no_sync == "off", "--fsdp-no-sync", a.fsdp_no_sync,
+          "on|off");
   require(a.grad_accum >= 1 && a.grad_accum <= 4096, "--grad-accum", a.grad_accum, "1..4096");
   require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
@@ -226,6 +232,7 @@ RunConfig to_run_config(const RunArgs& a) {
   o.prefetch_elements = a.prefetch_elements;
   o.persist_elements = a.persist_elements;
   o.grad_accum = a.grad_accum;
+  o.fsdp_no_sync = a.fsdp_no_sync == "on";
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
   if (!a.ddp_config.empty()) parse_ddp_config(a.ddp_config, o.ddp);

@@ -37,6 +37,7 @@ struct RunArgs {
   uint64_t persist_elements = 0;
   std::string device = "cpu";
   int grad_accum = 1;      // --grad-accum K
+  std::string fsdp_no_sync = "on";
   std::string ddp_config;  // --ddp-config FILE (bench/cli/ddp_config.h)
   std::string out = "results/latest.json";
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start

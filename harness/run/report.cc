@@ -83,6 +83,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"num_nodes", topo.num_nodes()},
       {"batch_per_rank", cfg.batch_per_rank},
       {"grad_accum", o.grad_accum},  // micro-batches per step: global batch N·batch·K
+      {"fsdp_no_sync", o.fsdp_no_sync},  // FSDP's accumulation: no_sync() or reduce every one
       {"seq_len", m.seq_len},
       {"precision", precision_name(o.precision)},
       // What the matmuls computed in: bf16-mixed asks for bf16 (trainer.cc); only the CUDA

@@ -65,6 +65,12 @@ std::vector<Knobs> knob_cases() {
          c.options.grad_accum = 2;
          c.options.backward_prefetch = BackwardPrefetch::kPost;
        }},
+      {"accum_k3_every_micro_bf16",
+       [](RunConfig& c) {
+         c.options.grad_accum = 3;
+         c.options.fsdp_no_sync = false;
+         c.options.precision = Precision::kBf16Mixed;
+       }},
       {"ddp_bf16_params",
        [](RunConfig& c) {
          c.options.precision = Precision::kBf16Mixed;

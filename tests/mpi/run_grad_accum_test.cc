@@ -49,6 +49,35 @@ TEST_P(GradAccumNoSync, NoSyncTrainsLikeTheFullBatchReference) {
   EXPECT_EQ(bk[int(CollKind::kAllGather)], gathers * b1[int(CollKind::kAllGather)]);
 }
 
+// FSDP without no_sync: every micro-batch reduce-scatters and the shard accumulates the sums, so
+// the reductions (and gathers) are K times K = 1's, and no unsharded gradient outlives its unit.
+class FsdpGradAccumEveryMicroBatch : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(FsdpGradAccumEveryMicroBatch, TrainsLikeTheFullBatchReference) {
+  const auto& [s, K] = GetParam();
+  const Reference ref = reference_run(tiny_config(), global_batch() * K, 3);
+  RunConfig c = tiny_config(Precision::kFp32, 3);
+  c.options.grad_accum = K;
+  c.options.fsdp_no_sync = false;
+  const StrategyRun r = run(s, c);
+  ASSERT_EQ(r.status, "ok") << r.error;
+  EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5);
+  c.options.grad_accum = 1;
+  const StrategyRun one = run(s, c, false);
+  ASSERT_EQ(one.status, "ok") << one.error;
+  EXPECT_EQ(r.payload_bytes, uint64_t(K) * one.payload_bytes);
+  EXPECT_EQ(r.step_entries.size(), size_t(K) * one.step_entries.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllFsdp, FsdpGradAccumEveryMicroBatch,
+    ::testing::Combine(::testing::Values("fsdp_full_shard", "fsdp_shard_grad_op",
+                                         "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"),
+                       ::testing::Values(2, 3)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_K" + std::to_string(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     FsdpZero1, GradAccumNoSync,
     ::testing::Combine(::testing::Values("fsdp_full_shard", "fsdp_shard_grad_op",
