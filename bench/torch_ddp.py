@@ -99,7 +99,21 @@ def worker(rank, args, port):
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     L, C, H, T, V = PRESETS[args.model]
     torch.manual_seed(args.seed)  # same init on every rank (DDP broadcasts rank 0's anyway)
-    model = DDP(Gpt(L, C, H, T, V), bucket_cap_mb=args.bucket_mb)
+    model = DDP(Gpt(L, C, H, T, V), bucket_cap_mb=args.bucket_mb,
+                gradient_as_bucket_view=args.gradient_as_bucket_view)
+    # Counted at the collective level: a comm hook sees every bucket the Reducer all-reduces
+    # (its flat buffer) and then does what the default does (allreduce_hook: divide by the
+    # world, all-reduce). Buckets of the last step, in the order they were reduced.
+    buckets = []
+    if args.count_buckets:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def counting_hook(state, bucket):
+            buf = bucket.buffer()
+            buckets.append({"index": bucket.index(), "elements": buf.numel(),
+                            "bytes": buf.numel() * buf.element_size(), "dtype": str(buf.dtype)})
+            return default_hooks.allreduce_hook(state, bucket)
+        model.register_comm_hook(None, counting_hook)
     # AdamW as shardbench's: decay on matrices and embeddings, not on biases and LayerNorms.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -114,6 +128,7 @@ def worker(rank, args, port):
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
+        buckets.clear()
         loss = model(idx, tgt)
         loss.backward()  # DDP all-reduces the gradient buckets during backward
         opt.step()
@@ -131,7 +146,10 @@ def worker(rank, args, port):
             "threads_per_rank": torch.get_num_threads(), "warmup": args.warmup,
             "steps": args.steps, "params": sum(p.numel() for p in model.parameters()),
             "median_step_s": med, "tokens_per_s": tokens / med, "step_time_s": times,
-            "loss": losses}), flush=True)
+            "loss": losses, "bucket_cap_mb": args.bucket_mb,
+            "first_bucket_bytes": dist._DEFAULT_FIRST_BUCKET_BYTES,
+            "gradient_as_bucket_view": args.gradient_as_bucket_view,
+            "last_step_buckets": buckets if args.count_buckets else None}), flush=True)
     dist.destroy_process_group()
 
 
@@ -150,6 +168,9 @@ def main():
     p.add_argument("--model", choices=sorted(PRESETS), default="small")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--gradient-as-bucket-view", action="store_true")
+    p.add_argument("--count-buckets", action="store_true",
+                   help="record the all-reduced buckets of the last step (comm hook)")
     args = p.parse_args()
     if args.world < 1 or args.batch < 1 or args.steps < 1 or args.warmup < 0:
         p.error("--world, --batch and --steps must be >= 1, --warmup >= 0")

@@ -25,3 +25,22 @@ BucketPlan plan_buckets(const ModelLayout& model, const std::vector<int>& ready_
                         uint64_t cap_elements, uint64_t pad_multiple);
 
 }  // namespace sb
+
+namespace sb {
+
+// PyTorch DDP's Reducer (torch 1.13.1, torch/csrc/distributed/c10d/reducer.cpp,
+// compute_bucket_assignment_by_size): a tensor joins the open bucket first, and the bucket
+// closes once its size reaches the limit (so a bucket may overshoot by its last tensor). The
+// first bucket's limit is `first_cap_elements` (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB), every
+// later one `cap_elements` (bucket_cap_mb). Buckets are unpadded (DDP all-reduces them whole).
+BucketPlan plan_reducer_buckets(const ModelLayout& model, const std::vector<int>& ready_order,
+                                uint64_t first_cap_elements, uint64_t cap_elements);
+
+// The order PyTorch's autograd engine fires the Reducer's per-parameter hooks in (what
+// Reducer::rebuild_buckets records as rebuilt_params_): modules from last to first and, inside a
+// module, parameters from last to first (a Linear's bias before its weight; wpe before wte).
+// Observed through bench/torch_ddp.py --count-buckets and checked by
+// tests/peer/torch_ddp_buckets_test.py.
+std::vector<int> autograd_ready_order(const ModelLayout& model);
+
+}  // namespace sb

@@ -79,25 +79,44 @@ class Fsdp final : public Strategy {
     wait_gathered(u);
   }
 
+  // Gradient accumulation as FullyShardedDataParallel.no_sync() (torch 1.13.1,
+  // fully_sharded_data_parallel.py, _post_backward_hook returns before the reduce-scatter when
+  // not _sync_gradients): units reshard as usual, each unit's unsharded gradient is kept
+  // (Ψ_pad·b_g per rank until the last micro-batch) and accumulates; the last reduce-scatters.
+  // Without no_sync (options.fsdp_no_sync false) every micro-batch reduce-scatters, and the
+  // shard accumulates the reduced sums (_post_backward_hook: `param._saved_grad_shard += output`).
+  bool supports_grad_accum() const override { return true; }
+  void begin_micro_step(bool sync) override { sync_ = sync || !ctx_.options.fsdp_no_sync; }
+
   void on_post_backward(int m) override {
     const int u = plan_.unit_of_module[m];
     Unit& U = units_[u];
     if (m != plan_.spans[u].last_bwd) return;
+    // _post_backward_hook: _reshard (free the unit) first, then _prefetch_handles
+    // (BACKWARD_POST's gather of the next unit), then the reduce-scatter.
+    U.full.reset();  // the comm thread reads only the grads from here on
     if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
-      gather(plan_.next_unit(m, -1));  // BACKWARD_POST: after it, before its reduce-scatter
+      gather(plan_.next_unit(m, -1));
+    if (!sync_) return;
     const GroupKind g = desc_.shard_group;
+    // A shard that already holds this step's earlier micro-batches receives into a buffer of
+    // its own, added in when the reduction completes (reap).
+    if (U.holds_sum)
+      U.incoming = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, U.grad_shard.dtype(),
+                               U.grad_shard.size());
+    TypedBuffer& out = U.holds_sum ? U.incoming : U.grad_shard;
+    U.holds_sum = true;
     // after this reduce-scatter each rank holds its shard of the unit's grads, summed over the
     // shard group
-    U.reduce = maybe_wait(ctx_.comm.reduce_scatter_async(U.full_grad.data(), U.grad_shard.data(),
-                                                         U.grad_shard.size(), U.grad_shard.dtype(),
-                                                         g, "unit" + std::to_string(u)));
+    U.reduce = maybe_wait(ctx_.comm.reduce_scatter_async(U.full_grad.data(), out.data(),
+                                                         out.size(), out.dtype(), g,
+                                                         "unit" + std::to_string(u)));
     if (desc_.replicate_across_nodes) {
       // after this all-reduce the shard holds the sum over every node's replica as well
-      U.reduce = maybe_wait(ctx_.comm.all_reduce_async(U.grad_shard.data(), U.grad_shard.size(),
-                                                       U.grad_shard.dtype(), GroupKind::kInter,
+      U.reduce = maybe_wait(ctx_.comm.all_reduce_async(out.data(), out.size(), out.dtype(),
+                                                       GroupKind::kInter,
                                                        "unit" + std::to_string(u)));
     }
-    U.full.reset();  // reshard: the comm thread reads only the grads from here on
     reducing_.push_back(u);
     reap(false);
   }
@@ -105,10 +124,12 @@ class Fsdp final : public Strategy {
   void finish_backward() override { reap(true); }
 
   void optimizer_step(int step) override {
-    const float scale = 1.0f / float(world());
+    const float scale = mean_grad_scale();
     for (Unit& U : units_) SB_CHECK(U.full.empty(), "a unit is still gathered at the step");
-    for (Unit& U : units_)
+    for (Unit& U : units_) {
       U.optim->step(U.shard.data(), U.grad_shard.data(), U.grad_shard.dtype(), scale, step);
+      U.holds_sum = false;
+    }
   }
 
   std::vector<float> gather_full_params() override {
@@ -144,6 +165,8 @@ class Fsdp final : public Strategy {
   struct Unit {
     FlatLayout flat;
     TypedBuffer shard, grad_shard, full, full_grad;
+    TypedBuffer incoming;    // a later micro-batch's reduced shard, before it is added in
+    bool holds_sum = false;  // grad_shard holds this step's reduced sum so far
     std::unique_ptr<ShardOptimizer> optim;
     CommHandle gather, reduce;
   };
@@ -181,14 +204,33 @@ class Fsdp final : public Strategy {
       if (!all && !U.reduce.done()) break;
       U.reduce.wait();
       U.full_grad.reset();
+      if (!U.incoming.empty()) add_into(U.grad_shard, U.incoming);
+      U.incoming.reset();
       reducing_.pop_front();
     }
+  }
+
+  // dst += src (same size and dtype), summed in fp32 and rounded once for bf16.
+  void add_into(TypedBuffer& dst, const TypedBuffer& src) {
+    const size_t n = dst.size();
+    if (dst.dtype() == DType::kF32) {
+      ctx_.device.add_inplace(static_cast<float*>(dst.data()),
+                              static_cast<const float*>(src.data()), n);
+      return;
+    }
+    TrackedBuffer<float> a(ctx_.memory, MemCategory::kWorkspace, n), b(ctx_.memory,
+                                                                       MemCategory::kWorkspace, n);
+    ctx_.device.bf16_to_f32(a.data(), static_cast<const uint16_t*>(dst.data()), n);
+    ctx_.device.bf16_to_f32(b.data(), static_cast<const uint16_t*>(src.data()), n);
+    ctx_.device.add_inplace(a.data(), b.data(), n);
+    ctx_.device.f32_to_bf16(static_cast<uint16_t*>(dst.data()), a.data(), n);
   }
 
   StrategyDescription desc_;
   FsdpPlan plan_;
   std::vector<Unit> units_;
   std::deque<int> inflight_, reducing_;
+  bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
 };
 
 }  // namespace

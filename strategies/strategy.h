@@ -54,6 +54,19 @@ struct StrategyOptions {
   bool mics_hierarchical_params_gather = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;
+  // PyTorch DDP as shipped (torch 1.13.1; --ddp-config): see strategies/ddp.cc.
+  struct Ddp {
+    double bucket_cap_mb = 0;              // 0: --bucket-mb (DDP's bucket_cap_mb, 25)
+    double first_bucket_mb = 1.0;          // dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB
+    bool gradient_as_bucket_view = false;  // false: the bucket is a second copy of the grads
+    bool bf16_params = false;  // bf16-mixed: false = autocast (fp32 params, grads, all-reduce)
+    std::vector<std::string> ignored;      // accepted --ddp-config keys the suite does not model
+  } ddp;
+  // Gradient accumulation: micro-batches per optimizer step (each of the run's batch per rank).
+  int grad_accum = 1;
+  // FSDP under accumulation: true = no_sync() (unsharded grads kept, one reduce-scatter); false
+  // = reduce-scatter every micro-batch and accumulate the shards (_saved_grad_shard).
+  bool fsdp_no_sync = true;
 
   DType param_dtype() const { return precision == Precision::kFp32 ? DType::kF32 : DType::kBF16; }
   DType grad_dtype() const { return param_dtype(); }
@@ -95,6 +108,11 @@ class Strategy : public ModelHooks {
   // Shard what is sharded, allocate what is kept, initialise parameters (deterministically).
   virtual void setup() = 0;
   virtual void begin_step() {}
+  // Gradient accumulation (options.grad_accum = K > 1): called before each micro-batch's
+  // forward; `sync` on the last one, where the accumulated gradients must be reduced. A
+  // strategy that does not override supports_grad_accum() rejects K > 1 with a clear error.
+  virtual bool supports_grad_accum() const { return false; }
+  virtual void begin_micro_step(bool sync) {}
   // After the model's backward: make every gradient reduction complete.
   virtual void finish_backward() = 0;
   // AdamW on what this rank owns, then restore the strategy's at-rest invariant.
@@ -141,6 +159,8 @@ class Strategy : public ModelHooks {
     return h;
   }
   int world() const { return ctx_.comm.topology().world_size(); }
+  // Summed gradients (over ranks and micro-batches) to their mean: the optimizer's grad scale.
+  float mean_grad_scale() const { return 1.0f / float(world() * ctx_.options.grad_accum); }
   int group_size(GroupKind g) const { return ctx_.comm.group(g).size(); }
   int group_index(GroupKind g) const { return ctx_.comm.group(g).index; }
 

@@ -55,6 +55,11 @@ class Zero final : public Strategy {
     gather_params();
   }
 
+  // Gradient accumulation, stage 1 only for now: DeepSpeed's ZeRO-1 reduces at the
+  // accumulation boundary, so the full local grads accumulate until the last micro-batch.
+  bool supports_grad_accum() const override { return stage() == 1; }
+  void begin_micro_step(bool sync) override { sync_ = sync; }
+
   void on_post_backward(int m) override {
     if (stage() == 1) return;  // stage 1 reduces after backward, from the full grads
     for (int t : ctx_.model.modules[m].tensors) {
@@ -66,6 +71,7 @@ class Zero final : public Strategy {
   }
 
   void finish_backward() override {
+    if (!sync_) return;  // accumulating (stage 1): nothing was or is reduced
     if (stage() == 1) {
       for (size_t b = 0; b < plan_.buckets.size(); ++b) {
         if (!all_reduce())  // the reduce-scatter's output; an all-reduce works in place
@@ -83,7 +89,7 @@ class Zero final : public Strategy {
   }
 
   void optimizer_step(int step) override {
-    const float scale = 1.0f / float(world());
+    const float scale = mean_grad_scale();
     const int r = group_index(GroupKind::kWorld);
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       const uint64_t chunk = plan_.buckets[b].shard_size(world());
@@ -184,6 +190,7 @@ class Zero final : public Strategy {
   std::vector<TypedBuffer> params_, grads_, grad_shards_, staging_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<CommHandle> pending_;
+  bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
 };
 
 }  // namespace

@@ -23,6 +23,15 @@ inline uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
 // grads in bf16, 2 and 2 (the fp32 master copy is optimizer state).
 inline double param_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
+// DDP as PyTorch ships it (torch 1.13.1): under bf16-mixed the model runs under autocast, which
+// casts operands for compute only, so the parameters, their .grad and the Reducer's buckets
+// (built from the parameters' dtype: reducer.cpp, Reducer::initialize_buckets) stay fp32 and
+// the all-reduce moves 4 bytes per element — unless the model itself was cast to bf16
+// (--ddp-config bf16_params). Adam's m and v follow the parameters: fp32, K = 8, no master.
+inline double ddp_param_bytes(Precision p, bool bf16_params) {
+  return bf16_params ? param_bytes(p) : 4;
+}
+
 // FSDP with --wrap block: one flat parameter per transformer block, and the root unit
 // (embeddings, the final LayerNorm, the tied head: segments 0 and L + 1). Each unit's flat
 // buffer is padded to a multiple of the shard group S, so Ψ_pad = Σ_units round_up(ψ_u, S).
@@ -53,6 +62,15 @@ inline std::pair<uint64_t, uint64_t> fsdp2_padded(const ModelLayout& l, uint64_t
     if (t.segment == 0 || t.segment == L + 1) root += pad;
   }
   return {all, root};
+}
+
+// PyTorch DDP's extra buffer (torch 1.13.1 reducer.cpp, Reducer::initialize_buckets and
+// mark_variable_ready_dense): with gradient_as_bucket_view=False (the default) each bucket is
+// its own flat tensor the .grad tensors are copied into, so Ψ·b_g more per rank for the whole
+// run; with True the .grad tensors are views into the buckets, and nothing more.
+inline uint64_t ddp_bucket_copy_bytes(const ModelLayout& l, Precision p, bool bf16_params,
+                                      bool gradient_as_bucket_view) {
+  return gradient_as_bucket_view ? 0 : uint64_t(ddp_param_bytes(p, bf16_params)) * l.num_params();
 }
 
 // Bytes sent in one training step, summed over all ranks, split by the hop class of each send.
@@ -88,7 +106,8 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 // every hop is of one class and no divisibility is needed: the shapes a world of 3 runs.
 //
 // Strategy volumes per rank per step (ZeRO paper §7; FSDP paper §3), Ψ the parameter count:
-// - DDP: all-reduce of the gradients, 2(N-1)/N·Ψ·b_g.
+// - DDP: all-reduce of the gradients, 2(N-1)/N·Ψ·b_g (b_g of ddp_param_bytes: fp32 under
+//   autocast). The Reducer's buckets partition the gradients, so their sizes do not change it.
 // - ZeRO-1/2, paper (ZeRO §7): reduce-scatter of the gradients + all-gather of the updated
 //   parameters over the flat buffer padded to N: (N-1)/N·Ψ_pad·(b_g + b_p).
 // - ZeRO-1/2 as DeepSpeed ships them (stage_1_and_2.py average_tensor with reduce_scatter and
@@ -157,13 +176,16 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
                             ZeroGradReduce reduce = StrategyOptions{}.zero_grad_reduce,
                             uint64_t reuse_distance = StrategyOptions{}.reuse_distance,
                             int fsdp2_reshard_after_forward = -1, double P = 0,
-                            bool hierarchical = false) {
+                            bool hierarchical = false,
+                            bool ddp_bf16_params = false) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
     return Bytes{(N - inter_hops) * per_rank, inter_hops * per_rank};
   };
-  if (s == "ddp") return world_ring(2 * (N - 1) / N * double(l.num_params()) * bg);
+  if (s == "ddp")
+    return world_ring(2 * (N - 1) / N * double(l.num_params()) *
+                      ddp_param_bytes(precision, ddp_bf16_params));
   const double psi_pad = double(round_up(l.num_params(), uint64_t(N)));
   if ((s == "zero1" || s == "zero2") && reduce == ZeroGradReduce::kReduceScatter)
     return world_ring((N - 1) / N * psi_pad * (bg + bp));
@@ -208,7 +230,9 @@ struct ModelState {
   uint64_t params = 0, grads = 0, optimizer = 0;
 };
 
-// ZeRO paper §5: (b_p + b_g + K)·Ψ per rank for DDP, where K is the optimizer's bytes per
+// ZeRO paper §5: (b_p + b_g + K)·Ψ per rank for DDP (b of ddp_param_bytes; the Reducer's bucket
+// copy when gradient_as_bucket_view is false is a communication buffer, +Ψ·b_g at the peak, not
+// model state: see ddp_bucket_copy_bytes), where K is the optimizer's bytes per
 // parameter: 8 for fp32 Adam (m, v), 12 for mixed precision (fp32 master + m + v). ZeRO-1
 // divides K·Ψ by N, ZeRO-2 also b_g·Ψ, ZeRO-3 all three — over the buffer padded to N (flat
 // for ZeRO-1/2, each tensor for ZeRO-3, whose persistent tensors also keep a whole b_p copy).
@@ -216,11 +240,15 @@ struct ModelState {
 // unit padded to S; FSDP2 the same with each parameter padded to S rows (fsdp2_padded).
 inline ModelState expected_state(const std::string& s, const ModelLayout& l, Precision precision,
                                  uint64_t persist_elements, uint64_t N, uint64_t G,
-                                 uint64_t P = 0) {
+                                 uint64_t P = 0,
+                                 bool ddp_bf16_params = false) {
   const uint64_t bp = uint64_t(param_bytes(precision)), bg = bp;
   const uint64_t K = precision == Precision::kFp32 ? 8 : 12;
   const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
-  if (s == "ddp") return {bp * psi, bg * psi, K * psi};
+  if (s == "ddp") {
+    const uint64_t b = uint64_t(ddp_param_bytes(precision, ddp_bf16_params));
+    return {b * psi, b * psi, (b == 4 ? 8 : 12) * psi};
+  }
   if (s == "zero1") return {bp * psi_n, bg * psi_n, K * psi_n / N};
   if (s == "zero2") return {bp * psi_n, bg * psi_n / N, K * psi_n / N};
   if (s == "zero3") {

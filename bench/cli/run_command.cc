@@ -255,7 +255,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                           : ds_config_strategies(read_ds_config(a.ds_config, cfg).stage,
                                                  parse_strategy_list(a.strategies),
                                                  a.strategies == "all");
-  const int tokens = topo.world_size() * cfg.batch_per_rank * cfg.model.seq_len;
+  const int tokens =
+      topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
   if (root && !a.quiet)
     fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "
                "strategies, {}+{} steps\n",

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "bench/cli/ds_config.h"
+#include "bench/cli/ddp_config.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
 
@@ -71,6 +72,15 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
                   "nodes: on | off")
       ->capture_default_str();
+  app->add_option("--grad-accum", a.grad_accum,
+                  "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
+      ->capture_default_str();
+  app->add_option("--fsdp-no-sync", a.fsdp_no_sync,
+                  "FSDP under --grad-accum: on = no_sync() (one reduce-scatter, unsharded grads "
+                  "kept) | off = reduce-scatter every micro-batch")
+      ->capture_default_str();
+  app->add_option("--ddp-config", a.ddp_config,
+                  "JSON of DistributedDataParallel arguments for ddp (README: DDP as shipped)");
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
@@ -196,6 +206,9 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6, "--mem-limit-gb", a.mem_limit_gb,
           "0 (none) or a positive size in GiB");
   require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
+  require(a.fsdp_no_sync == "on" || a.fsdp_no_sync == "off", "--fsdp-no-sync", a.fsdp_no_sync,
+          "on|off");
+  require(a.grad_accum >= 1 && a.grad_accum <= 4096, "--grad-accum", a.grad_accum, "1..4096");
   require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
   const std::string& raf = a.fsdp2_reshard_after_forward;
   const bool raf_int = !raf.empty() && raf.size() < 6 &&
@@ -261,6 +274,9 @@ RunConfig to_run_config(const RunArgs& a) {
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
+  o.grad_accum = a.grad_accum;
+  o.fsdp_no_sync = a.fsdp_no_sync == "on";
+  if (!a.ddp_config.empty()) parse_ddp_config(a.ddp_config, o.ddp);
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)

@@ -42,6 +42,9 @@ struct RunArgs {
   int mics_shard_size = 0;  // 0: ranks per node
   std::string mics_hierarchical_params_gather = "off";
   std::string device = "cpu";
+  int grad_accum = 1;      // --grad-accum K
+  std::string fsdp_no_sync = "on";
+  std::string ddp_config;  // --ddp-config FILE (bench/cli/ddp_config.h)
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
   int seq = 0;  // tokens per sample; 0 = the model's context

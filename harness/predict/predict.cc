@@ -116,7 +116,8 @@ void fill_memory(Prediction& p, const StrategyRun& run, const ModelShape& shape,
 void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const ModelShape& shape,
                const PredictConfig& cfg, const Cluster& cluster, int N) {
   const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
-  const uint64_t tokens = uint64_t(cfg.batch_per_rank) * uint64_t(shape.config.seq_len);
+  const uint64_t tokens = uint64_t(cfg.batch_per_rank) * uint64_t(cfg.options.grad_accum) *
+                          uint64_t(shape.config.seq_len);
   p.flops_per_rank = predict_flops(shape, tokens);
   const double rate = cluster.peak_flops(bf16) * cluster.compute_efficiency;
   // A bare count has no kernels to run: its compute is the 6·Ψ·tokens rule, added serially.

@@ -114,6 +114,8 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"ranks_per_node", topo.ranks_per_node()},
       {"num_nodes", topo.num_nodes()},
       {"batch_per_rank", cfg.batch_per_rank},
+      {"grad_accum", o.grad_accum},  // micro-batches per step: global batch N·batch·K
+      {"fsdp_no_sync", o.fsdp_no_sync},  // FSDP's accumulation: no_sync() or reduce every one
       {"seq_len", m.seq_len},
       {"precision", precision_name(o.precision)},
       // What the matmuls computed in: bf16-mixed asks for bf16 (trainer.cc); only the CUDA
@@ -147,6 +149,13 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"lr", o.adamw.lr},
       {"weight_decay", o.adamw.weight_decay},
       {"device", cfg.device},
+      // ddp's settings (--ddp-config; PyTorch 1.13.1's defaults otherwise): a different value
+      // is a different experiment. `ignored`: accepted DDP arguments the suite does not model.
+      {"ddp", {{"bucket_cap_mb", o.ddp.bucket_cap_mb > 0 ? o.ddp.bucket_cap_mb : o.bucket_mb},
+               {"first_bucket_mb", o.ddp.first_bucket_mb},
+               {"gradient_as_bucket_view", o.ddp.gradient_as_bucket_view},
+               {"bf16_params", o.ddp.bf16_params},
+               {"ignored", o.ddp.ignored}}},
   };
 }
 
@@ -178,7 +187,8 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                       {"max", run.step_time_s.empty() ? 0 : *std::max_element(run.step_time_s.begin(), run.step_time_s.end())},
                       {"samples", run.step_time_s}};
   if (run.status == "ok") r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
-  const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank * cfg.model.seq_len;
+  const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank *
+                          cfg.options.grad_accum * cfg.model.seq_len;
   const double flops = flops_per_step(cfg.model, tokens);
   const double achieved = med > 0 ? flops / med : 0;
   const double peak = env.peak_flops_per_device * env.devices;

@@ -5,7 +5,10 @@
 #include "harness/run/train_loop.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "harness/common/check.h"
@@ -51,15 +54,23 @@ class GptWorkload final : public Workload {
   GptModel model_;
 };
 
-// One training step of this rank, its phases marked on `clock`; returns its local loss.
-float one_step(Workload& model, Strategy& strategy, int step, const std::vector<int>& tokens,
-               const std::vector<int>& targets, PhaseClock& clock) {
+// One training step of this rank: K = grad_accum micro-batches (`batch(k)` makes micro-batch
+// k), then one optimizer step, its phases marked on `clock`; returns the mean of its local
+// micro-batch losses.
+float one_step(Workload& model, Strategy& strategy, int step, int K,
+               const std::vector<int>& tokens, const std::vector<int>& targets,
+               const std::function<void(int)>& batch, PhaseClock& clock) {
   strategy.begin_step();
-  const float loss = model.forward(tokens.data(), targets.data(), clock.hooks(strategy));
-  clock.end(Phase::kForward);
-  model.backward(clock.hooks(strategy));
-  strategy.finish_backward();
-  clock.end(Phase::kBackward);
+  float loss = 0;
+  for (int k = 0; k < K; ++k) {
+    if (k > 0) batch(k);
+    if (K > 1) strategy.begin_micro_step(k == K - 1);
+    loss += model.forward(tokens.data(), targets.data(), clock.hooks(strategy)) / float(K);
+    clock.end(Phase::kForward);
+    model.backward(clock.hooks(strategy));
+    strategy.finish_backward();  // this micro-batch's reductions, if it issued any, complete
+    clock.end(Phase::kBackward);
+  }
   strategy.optimizer_step(step + 1);
   clock.end(Phase::kOptimizer);
   return loss;
@@ -80,16 +91,20 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
       ctx.device.reset_memory_peak();
       for (StepObserver* o : ctx.observers) o->measured_begin();
     }
-    // Rank r of N takes global samples [step*N*b + r*b, +b): every world size sees the
-    // same global batch, so a 1-rank run computes the same step.
-    make_batch(cfg.options.seed, first_sample_of(uint64_t(step), N, topo.rank(), b), b, T,
-               cfg.model.vocab, tokens.data(), targets.data());
+    // Rank r of N takes global samples [s*N*b + r*b, +b) for micro-batch s = step*K + k: every
+    // world size sees the same global batch of N*b*K, so a 1-rank run computes the same step.
+    const int K = cfg.options.grad_accum;
+    const auto batch = [&](int k) {
+      make_batch(cfg.options.seed, first_sample_of(uint64_t(step) * K + k, N, topo.rank(), b), b,
+                 T, cfg.model.vocab, tokens.data(), targets.data());
+    };
+    batch(0);
     for (StepObserver* o : ctx.observers) o->before_step(step, memory);
     const size_t ledger_mark = comm.ledger().size();
     comm.reset_blocked_seconds();
     const double t0 = ctx.device.now_s();
     clock.begin_step(step >= cfg.warmup);
-    const float loss = one_step(model, strategy, step, tokens, targets, clock);
+    const float loss = one_step(model, strategy, step, K, tokens, targets, batch, clock);
     comm.synchronize();
     ctx.device.synchronize();
     if (cfg.inject_slowdown > 0)  // hidden test flag: a real, proportional slowdown
@@ -160,6 +175,9 @@ Verdict train(const StrategyEntry& entry, const RunConfig& cfg, TrainContext& ct
     model = ctx.workload ? ctx.workload(cfg, device, memory)
                          : std::make_unique<GptWorkload>(cfg, device, memory);
     strategy = entry.make(StrategyContext{layout, ctx.comm, device, memory, cfg.options});
+    if (cfg.options.grad_accum > 1 && !strategy->supports_grad_accum())
+      throw std::runtime_error("--grad-accum " + std::to_string(cfg.options.grad_accum) + ": " +
+                               entry.description.name + " does not accumulate gradients yet");
     strategy->setup();
     ctx.comm.synchronize();
     throw_if_any_rank_over_limit(ctx.ranks, memory);

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 DS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_configs")
 
 # (arguments after `shardbench`, text the message must contain)
@@ -30,6 +31,12 @@ CASES = [
     (["run", "--model", "tiny", "--steps", "-1"], "--steps"),
     (["run", "--model", "tiny", "--warmup", "-2"], "--warmup"),
     (["run", "--model", "tiny", "--bucket-mb", "0"], "--bucket-mb"),
+    (["run", "--model", "tiny", "--grad-accum", "0"], "--grad-accum"),
+    (["run", "--model", "tiny", "--ddp-config", "/nonexistent/ddp.json"], "--ddp-config"),
+    (["run", "--model", "tiny", "--ddp-config", os.path.join(HERE, "ddp_config_unknown_key.json")],
+     "unknown key gradient_as_bucket_veiw"),
+    (["run", "--model", "tiny", "--ddp-config", os.path.join(HERE, "ddp_config_bad_value.json")],
+     "key bucket_cap_mb"),
     (["run", "--model", "tiny", "--mem-limit-gb", "-1"], "--mem-limit-gb"),
     (["run", "--model", "tiny", "--timeout-s", "0"], "--timeout-s"),
     (["run", "--model", "tiny", "--lr", "0"], "--lr"),

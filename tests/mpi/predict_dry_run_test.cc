@@ -74,6 +74,33 @@ std::vector<Knobs> knob_cases() {
          c.model.tied_head = false;
          c.options.precision = Precision::kBf16Mixed;
        }},
+      {"ddp_view_small_buckets",
+       [](RunConfig& c) {
+         c.options.ddp.gradient_as_bucket_view = true;
+         c.options.ddp.first_bucket_mb = 0.01;
+         c.options.ddp.bucket_cap_mb = 0.03;
+       }},
+      {"ddp_grad_accum3_view",
+       [](RunConfig& c) {
+         c.options.grad_accum = 3;
+         c.options.ddp.gradient_as_bucket_view = true;
+       }},
+      {"accum_k2_bwd_post",
+       [](RunConfig& c) {
+         c.options.grad_accum = 2;
+         c.options.backward_prefetch = BackwardPrefetch::kPost;
+       }},
+      {"accum_k3_every_micro_bf16",
+       [](RunConfig& c) {
+         c.options.grad_accum = 3;
+         c.options.fsdp_no_sync = false;
+         c.options.precision = Precision::kBf16Mixed;
+       }},
+      {"ddp_bf16_params",
+       [](RunConfig& c) {
+         c.options.precision = Precision::kBf16Mixed;
+         c.options.ddp.bf16_params = true;
+       }},
   };
 }
 
@@ -100,6 +127,9 @@ std::vector<Case> cases() {
     for (const std::string& s : strategy_names())
       for (const Knobs& k : knob_cases()) {
         if (s.rfind(k.only, 0) != 0) continue;  // a family's own knobs change nothing elsewhere
+        if (k.name.rfind("ddp_", 0) == 0 && s != "ddp") continue;  // read by ddp only
+        // accumulation as the strategies that support it (the others end with a clear error)
+        if (k.name.rfind("accum_", 0) == 0 && s.rfind("fsdp_", 0) != 0 && s != "zero1") continue;
         for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
       }
   return v;

@@ -17,6 +17,7 @@ PredictConfig seven_b(int world, int rpn) {
   cfg.ranks_per_node = rpn;
   cfg.batch_per_rank = 1;
   cfg.options.precision = Precision::kBf16Mixed;
+  cfg.options.ddp.bf16_params = true;  // the papers' DDP baseline: bf16 params and grads
   return cfg;
 }
 

@@ -21,6 +21,7 @@ Prediction bare(double psi, int n, const std::string& strategy,
   cfg.world = n;
   cfg.ranks_per_node = n % 8 == 0 ? 8 : n;
   cfg.options.precision = Precision::kBf16Mixed;
+  cfg.options.ddp.bf16_params = true;  // the paper's DDP keeps fp16 params and grads (not autocast)
   return predict(cfg, strategy, load_cluster("dgx-a100-80g"));
 }
 
