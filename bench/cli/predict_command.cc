@@ -36,6 +36,7 @@ struct PredictArgs {
   std::string overlap = "on";
   double mem_limit_gb = 0;
   bool untied_head = false;
+  std::string attention = "fused";
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -57,6 +58,7 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
     } else {
       GptConfig c = parse_predict_model(a.model);
       c.tied_head = !a.untied_head;
+      c.attention = parse_attention(a.attention);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
       cfg.model = model_shape(c);
     }
@@ -230,6 +232,8 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
+      ->capture_default_str();
   p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
       ->capture_default_str();
   p->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")

@@ -48,7 +48,7 @@ struct GptModel::Acts {
   TrackedBuffer<float> ln1, ln1_mean, ln1_rstd;            // [L,B,T,C], [L,B,T] x2
   TrackedBuffer<float> qkv;                                // [L,B,T,3C]
   TrackedBuffer<float> atty;                               // [L,B,T,C]
-  TrackedBuffer<float> att;                                // [L,B,NH,T,T] probabilities
+  TrackedBuffer<float> att;  // naive: [L,B,NH,T,T] probabilities; fused: [L,B,NH,T] lse
   TrackedBuffer<float> attproj, residual2;                 // [L,B,T,C]
   TrackedBuffer<float> ln2, ln2_mean, ln2_rstd;            // [L,B,T,C], [L,B,T] x2
   TrackedBuffer<float> fch, fch_gelu;                      // [L,B,T,4C]
@@ -57,7 +57,7 @@ struct GptModel::Acts {
   TrackedBuffer<float> logits, probs;                      // [B,T,V]; logits become dlogits
   TrackedBuffer<float> dresidual, dbtc;                    // [B,T,C]
   TrackedBuffer<float> dqkv;                               // [B,T,3C]
-  TrackedBuffer<float> datt;                               // [B,NH,T,T]
+  TrackedBuffer<float> datt;                               // [B,NH,T,T] or fused [B,NH,T]
   TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
   bool have_forward = false;
 
@@ -66,7 +66,8 @@ struct GptModel::Acts {
     float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
   };
-  Layer layer(int l, size_t BT, size_t C, size_t NH, size_t T) {
+  size_t att_per_layer = 0;  // B·NH·T² (naive) or B·NH·T (fused)
+  Layer layer(int l, size_t BT, size_t C) {
     const size_t btc = BT * C;
     Layer y;
     y.residual = l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc;
@@ -75,7 +76,7 @@ struct GptModel::Acts {
     y.ln1_rstd = ln1_rstd.data() + l * BT;
     y.qkv = qkv.data() + l * 3 * btc;
     y.atty = atty.data() + l * btc;
-    y.att = att.data() + l * BT * NH * T;
+    y.att = att.data() + l * att_per_layer;
     y.attproj = attproj.data() + l * btc;
     y.residual2 = residual2.data() + l * btc;
     y.ln2 = ln2.data() + l * btc;
@@ -105,7 +106,9 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   a.ln1_rstd = f(L * BT);
   a.qkv = f(L * BT * 3 * C);
   a.atty = f(L * BT * C);
-  a.att = f(L * B * NH * T * T);
+  // Fused attention keeps one log-sum-exp per query row instead of the T×T probabilities.
+  a.att_per_layer = config_.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
+  a.att = f(L * a.att_per_layer);
   a.attproj = f(L * BT * C);
   a.residual2 = f(L * BT * C);
   a.ln2 = f(L * BT * C);
@@ -124,7 +127,7 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   a.dresidual = f(BT * C);
   a.dbtc = f(BT * C);
   a.dqkv = f(BT * 3 * C);
-  a.datt = f(B * NH * T * T);
+  a.datt = f(a.att_per_layer);  // softmax-backward scratch, or fused backward's row deltas
   a.dfch_gelu = f(BT * 4 * C);
   a.dfch = f(BT * 4 * C);
 }
@@ -147,7 +150,7 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
   });
   for (int l = 0; l < L; ++l) {
     const int m0 = 1 + 6 * l;
-    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    Acts::Layer y = a.layer(l, BT, C);
     run_module(hooks, layout_, m0, false, [&](Module& m) {
       d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
                           BT, C);
@@ -155,7 +158,10 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
     run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
       d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
     });
-    d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    if (config_.attention == AttentionKind::kFused)
+      d.flash_attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    else
+      d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
     run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
       d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
     });
@@ -175,7 +181,7 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
     d.copy(y.residual3, y.residual2, btc * sizeof(float));
     d.add_inplace(y.residual3, y.fcproj, btc);
   }
-  const float* last = a.layer(L - 1, BT, C, NH, T).residual3;
+  const float* last = a.layer(L - 1, BT, C).residual3;
   run_module(hooks, layout_, 1 + 6 * L, false, [&](Module& m) {
     d.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, m.param(0),
                         m.param(1), BT, C);
@@ -207,12 +213,12 @@ void GptModel::backward(ModelHooks& hooks) {
   });
   d.fill_zero(dres, btc * sizeof(float));
   run_module(hooks, layout_, 1 + 6 * L, true, [&](Module& m) {
-    d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C, NH, T).residual3,
+    d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C).residual3,
                          m.param(0), a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
   });
   for (int l = L - 1; l >= 0; --l) {
     const int m0 = 1 + 6 * l;
-    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    Acts::Layer y = a.layer(l, BT, C);
     // residual3 = residual2 + fcproj: dres is the gradient of both terms.
     run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {
       d.linear_backward(a.dfch_gelu.data(), m.grad(0), m.grad(1), dres, y.fch_gelu, m.param(0),
@@ -231,7 +237,11 @@ void GptModel::backward(ModelHooks& hooks) {
     run_module(hooks, layout_, m0 + 2, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), dres, y.atty, m.param(0), BT, C, C);
     });
-    d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
+    if (config_.attention == AttentionKind::kFused)
+      d.flash_attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.atty, y.att, B, T,
+                                 C, NH);
+    else
+      d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
     run_module(hooks, layout_, m0 + 1, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), a.dqkv.data(), y.ln1, m.param(0), BT, C,
                         3 * C);

@@ -44,10 +44,11 @@ std::vector<Knobs> knob_cases() {
          c.options.backward_prefetch = BackwardPrefetch::kNone;
          c.options.limit_all_gathers = false;
        }},
-      {"untied_bf16",
+      {"untied_bf16_naive_attention",
        [](RunConfig& c) {
          c.model.tied_head = false;
          c.options.precision = Precision::kBf16Mixed;
+         c.model.attention = AttentionKind::kNaive;  // defaults and the rest run fused
        }},
   };
 }
