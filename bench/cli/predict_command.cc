@@ -170,7 +170,9 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
       "activations {} GiB per rank at any world (not sharded)\n\n",
       m.config.name, cl.name, gib(cl.memory_per_rank(1)), cfg.batch_per_rank, m.config.seq_len,
       precision_name(cfg.options.precision),
-      m.bare ? std::string("n/a") : gib(double(activation_bytes(m.config, cfg.batch_per_rank))));
+      m.bare ? std::string("n/a")
+             : gib(double(activation_bytes(m.config, cfg.batch_per_rank,
+                                           cfg.options.precision == Precision::kBf16Mixed))));
   fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
   for (const std::string& s : names) {
     const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);

@@ -92,22 +92,29 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
   return s;
 }
 
-uint64_t activation_bytes(const GptConfig& c, int batch) {
+uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
   const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer, NH = c.n_head,
                  V = c.vocab, BT = B * T;
   // Per layer and once more as backward scratch: the probabilities (naive) or one log-sum-exp
   // per query row and its backward delta (fused).
   const uint64_t att = c.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
-  const uint64_t floats =
-      L * (18 * BT * C + 4 * BT + att) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
-  return 4 * floats + 2 * 4 * BT;
+  // bf16: 16 of a layer's 18 BTC (all but the residuals) in bf16, plus one layer of them in
+  // fp32 as the work the layer computes in.
+  const uint64_t saved = 16 * BT * C;
+  const uint64_t floats = L * (2 * BT * C + (bf16 ? 0 : saved) + 4 * BT + att) +
+                          (bf16 ? saved : 0) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
+  return 4 * floats + (bf16 ? 2 * L * saved : 0) + 2 * 4 * BT;
 }
 
 const char* activation_formula() {
-  return "4*(L*(18*B*T*C + 4*B*T + A) + 15*B*T*C + 2*B*T + 2*B*T*V + A) + 8*B*T bytes, "
-         "A = B*NH*T (--attention fused: one log-sum-exp per query row; backward's row deltas) "
-         "or B*NH*T^2 (naive: the TxT probabilities; backward's scratch): gpt.cc's fp32 "
-         "activations kept for backward, one layer of activation gradients, int32 tokens/targets";
+  return "4*(L*(18*B*T*C + 4*B*T + A) + 15*B*T*C + 2*B*T + 2*B*T*V + A) + 8*B*T bytes "
+         "(fp32); bf16-mixed: 16*B*T*C of each layer's 18 (LayerNorm outputs as the matmuls' "
+         "bf16 input copies, qkv, attention output, projections, fc, GELU) at 2 bytes, plus "
+         "one layer of them in fp32 as work: 4*(L*(2*B*T*C + 4*B*T + A) + 31*B*T*C + 2*B*T + "
+         "2*B*T*V + A) + 2*16*L*B*T*C + 8*B*T; A = B*NH*T (--attention fused: one log-sum-exp "
+         "per query row; backward's row deltas) or B*NH*T^2 (naive: the TxT probabilities; "
+         "backward's scratch). gpt.cc's activations kept for backward, one layer of fp32 "
+         "activation gradients, int32 tokens/targets";
 }
 
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
