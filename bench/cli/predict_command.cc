@@ -41,6 +41,7 @@ struct PredictArgs {
   bool mics_hierarchical = false;
   double mem_limit_gb = 0;
   bool untied_head = false;
+  std::string attention = "fused";
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -62,6 +63,7 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
     } else {
       GptConfig c = parse_predict_model(a.model);
       c.tied_head = !a.untied_head;
+      c.attention = parse_attention(a.attention);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
       cfg.model = model_shape(c);
     }
@@ -181,7 +183,9 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
       "activations {} GiB per rank at any world (not sharded)\n\n",
       m.config.name, cl.name, gib(cl.memory_per_rank(1)), cfg.batch_per_rank, m.config.seq_len,
       precision_name(cfg.options.precision),
-      m.bare ? std::string("n/a") : gib(double(activation_bytes(m.config, cfg.batch_per_rank))));
+      m.bare ? std::string("n/a")
+             : gib(double(activation_bytes(m.config, cfg.batch_per_rank,
+                                           cfg.options.precision == Precision::kBf16Mixed))));
   fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
   for (const std::string& s : names) {
     const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
@@ -243,6 +247,8 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
+      ->capture_default_str();
   p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
       ->capture_default_str();
   p->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")

@@ -91,6 +91,9 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
       ->capture_default_str();
   app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
+  app->add_option("--attention", a.attention,
+                  "naive (stores the TxT probabilities) | fused (FlashAttention: row log-sum-exp)")
+      ->capture_default_str();
   app->add_flag("--quiet", a.quiet, "No progress lines (the table is still printed)");
   app->add_option("--timeout-s", a.timeout_s,
                   "Watchdog: abort the job when a collective waits longer than this (s)")
@@ -166,6 +169,11 @@ RunConfig to_run_config(const RunArgs& a) {
     throw UsageError(e.what());
   }
   c.model.tied_head = !a.untied_head;
+  try {
+    c.model.attention = parse_attention(a.attention);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   require(a.seq >= 0, "--seq", a.seq, ">= 0 (0 = the model's context)");
   if (a.seq > 0) {
     c.model.context = c.model.seq_len;  // the model keeps its positions; samples get shorter

@@ -49,6 +49,7 @@ struct RunArgs {
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
   int seq = 0;  // tokens per sample; 0 = the model's context
   bool untied_head = false;
+  std::string attention = "fused";  // naive | fused
   bool quiet = false;
   std::string inject_fault;
   double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more

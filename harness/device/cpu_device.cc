@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "harness/common/check.h"
 #include "harness/common/dtype.h"
@@ -241,6 +242,123 @@ void CpuDevice::attention_backward(float* dqkv, float* datt, const float* dout,
       }
       sgemm(false, false, T, hs, T, scale, d, T, k, C3, 0.0f, dq, C3);  // dQ = dS K / sqrt(hs)
       sgemm(true, false, T, hs, T, scale, d, T, q, C3, 0.0f, dk, C3);   // dK = dS^T Q / sqrt(hs)
+    }
+  }
+}
+
+// FlashAttention on the host: per (batch, head), query tiles of kTile rows against the key
+// tiles at or left of the diagonal, each score / value product one sgemm over strided views of
+// qkv. The tile scratch (three kTile² blocks) is the only memory beyond out and lse: small and
+// fixed, so it is a local, not a tracked allocation.
+namespace {
+constexpr int kTile = 64;
+
+struct FlashHead {  // one (batch, head)'s strided views
+  const float *q, *k, *v;
+  int ld, T;
+};
+
+// S[rows, cols] = scale * Q[i0..i0+rows) K[j0..j0+cols)^T into a kTile-wide block.
+void tile_scores(float* s, const FlashHead& h, int i0, int rows, int j0, int cols, int hs,
+                 float scale) {
+  sgemm(false, true, rows, cols, hs, scale, h.q + size_t(i0) * h.ld, h.ld,
+        h.k + size_t(j0) * h.ld, h.ld, 0.0f, s, kTile);
+}
+inline int causal_cols(int t, int j0, int cols) { return std::clamp(t - j0 + 1, 0, cols); }
+}  // namespace
+
+void CpuDevice::flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T,
+                                        int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  std::vector<float> s(size_t(kTile) * kTile), m(kTile), l(kTile);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + size_t(b) * T * C3 + size_t(h) * hs;
+      const FlashHead fh{q, q + C, q + 2 * C, C3, T};
+      float* lse_h = lse + (size_t(b) * NH + h) * T;
+      for (int i0 = 0; i0 < T; i0 += kTile) {
+        const int rows = std::min(kTile, T - i0);
+        float* o = out + (size_t(b) * T + i0) * C + size_t(h) * hs;
+        for (int r = 0; r < rows; ++r) std::fill(o + size_t(r) * C, o + size_t(r) * C + hs, 0.f);
+        std::fill(m.begin(), m.end(), -INFINITY);
+        std::fill(l.begin(), l.end(), 0.0f);
+        for (int j0 = 0; j0 < i0 + rows; j0 += kTile) {
+          const int cols = std::min(kTile, i0 + rows - j0);
+          tile_scores(s.data(), fh, i0, rows, j0, cols, hs, scale);
+          for (int r = 0; r < rows; ++r) {  // online softmax: rescale what is summed so far
+            float* p = s.data() + size_t(r) * kTile;
+            const int n = causal_cols(i0 + r, j0, cols);
+            const float mx = std::max(m[r], n > 0 ? lane_max(n, p) : -INFINITY);
+            const float corr = m[r] == -INFINITY ? 0.0f : fast_exp(m[r] - mx);
+            for (int c = 0; c < n; ++c) p[c] = fast_exp(p[c] - mx);
+            std::fill(p + n, p + cols, 0.0f);
+            l[r] = l[r] * corr + lane_sum(n, [&](int c) { return p[c]; });
+            m[r] = mx;
+            float* orow = o + size_t(r) * C;
+            for (int d = 0; d < hs; ++d) orow[d] *= corr;
+          }
+          sgemm(false, false, rows, hs, cols, 1.0f, s.data(), kTile, fh.v + size_t(j0) * C3, C3,
+                1.0f, o, C);  // O_i += P V_j
+        }
+        for (int r = 0; r < rows; ++r) {
+          const float inv = 1.0f / l[r];
+          for (int d = 0; d < hs; ++d) o[size_t(r) * C + d] *= inv;
+          lse_h[i0 + r] = m[r] + std::log(l[r]);
+        }
+      }
+    }
+  }
+}
+
+void CpuDevice::flash_attention_backward(float* dqkv, float* delta, const float* dout,
+                                         const float* qkv, const float* out, const float* lse,
+                                         int B, int T, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  std::memset(dqkv, 0, sizeof(float) * size_t(B) * T * C3);  // the tiles accumulate (+=)
+  std::vector<float> p(size_t(kTile) * kTile), dp(size_t(kTile) * kTile);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const size_t off = size_t(b) * T * C3 + size_t(h) * hs, ooff = size_t(b) * T * C + h * hs;
+      const FlashHead fh{qkv + off, qkv + off + C, qkv + off + 2 * C, C3, T};
+      float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
+      const float* g = dout + ooff;
+      const float* lse_h = lse + (size_t(b) * NH + h) * T;
+      float* dl = delta + (size_t(b) * NH + h) * T;
+      for (int t = 0; t < T; ++t) {  // D_t = <dO_t, O_t> = sum_j P_tj dP_tj
+        const float *gt = g + size_t(t) * C, *ot = out + ooff + size_t(t) * C;
+        dl[t] = lane_sum(hs, [&](int d) { return gt[d] * ot[d]; });
+      }
+      for (int i0 = 0; i0 < T; i0 += kTile) {
+        const int rows = std::min(kTile, T - i0);
+        for (int j0 = 0; j0 < i0 + rows; j0 += kTile) {
+          const int cols = std::min(kTile, i0 + rows - j0);
+          tile_scores(p.data(), fh, i0, rows, j0, cols, hs, scale);
+          for (int r = 0; r < rows; ++r) {  // P recomputed from the saved log-sum-exp
+            float* pr = p.data() + size_t(r) * kTile;
+            const int n = causal_cols(i0 + r, j0, cols);
+            for (int c = 0; c < n; ++c) pr[c] = fast_exp(pr[c] - lse_h[i0 + r]);
+            std::fill(pr + n, pr + cols, 0.0f);
+          }
+          const float* gi = g + size_t(i0) * C;
+          // dV_j += P^T dO_i;  dP = dO_i V_j^T
+          sgemm(true, false, cols, hs, rows, 1.0f, p.data(), kTile, gi, C, 1.0f,
+                dv + size_t(j0) * C3, C3);
+          sgemm(false, true, rows, cols, hs, 1.0f, gi, C, fh.v + size_t(j0) * C3, C3, 0.0f,
+                dp.data(), kTile);
+          for (int r = 0; r < rows; ++r) {  // dS = P * (dP - D), in place of dP
+            const float *pr = p.data() + size_t(r) * kTile, di = dl[i0 + r];
+            float* dr = dp.data() + size_t(r) * kTile;
+            for (int c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - di);
+          }
+          // dQ_i += scale dS K_j;  dK_j += scale dS^T Q_i
+          sgemm(false, false, rows, hs, cols, scale, dp.data(), kTile, fh.k + size_t(j0) * C3,
+                C3, 1.0f, dq + size_t(i0) * C3, C3);
+          sgemm(true, false, cols, hs, rows, scale, dp.data(), kTile, fh.q + size_t(i0) * C3,
+                C3, 1.0f, dk + size_t(j0) * C3, C3);
+        }
+      }
     }
   }
 }

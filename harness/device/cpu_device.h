@@ -35,6 +35,11 @@ class CpuDevice : public Device {  // not final: the CUDA tests derive a bf16-ma
                          int NH) override;
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                           const float* att, int B, int T, int C, int NH) override;
+  void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                               int NH) override;
+  void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv,
+                                const float* out, const float* lse, int B, int T, int C,
+                                int NH) override;
   void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B,

@@ -94,6 +94,16 @@ class Device {
   virtual void attention_backward(float* dqkv, float* datt, const float* dout,
                                   const float* qkv, const float* att, int B, int T, int C,
                                   int NH) = 0;
+  // The same attention, fused (FlashAttention, Dao et al. 2022, Alg. 1): query tiles against
+  // key tiles with an online softmax; lse [B, NH, T] keeps each query row's log-sum-exp of its
+  // scaled scores, the only thing saved besides out. No T×T buffer exists at any time.
+  virtual void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T,
+                                       int C, int NH) = 0;
+  // dqkv (=) from dout, recomputing the probabilities as exp(score - lse) tile by tile
+  // (Alg. 2); delta [B, NH, T] is scratch for rowsum(dout * out) (FlashAttention-2's D).
+  virtual void flash_attention_backward(float* dqkv, float* delta, const float* dout,
+                                        const float* qkv, const float* out, const float* lse,
+                                        int B, int T, int C, int NH) = 0;
   // out[b,t,:] = wte[tok] + wpe[t]
   virtual void embedding_forward(float* out, const int* tokens, const float* wte,
                                  const float* wpe, int B, int T, int C) = 0;

@@ -26,6 +26,16 @@ std::string allowed() {
 
 }  // namespace
 
+const char* attention_name(AttentionKind a) {
+  return a == AttentionKind::kNaive ? "naive" : "fused";
+}
+
+AttentionKind parse_attention(std::string_view s) {
+  if (s == "naive") return AttentionKind::kNaive;
+  if (s == "fused") return AttentionKind::kFused;
+  throw std::invalid_argument("--attention " + std::string(s) + ": allowed naive|fused");
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.emplace_back(p.name);

@@ -9,6 +9,16 @@
 
 namespace sb {
 
+// How attention keeps what its backward needs. kNaive materialises the B·NH·T² softmax
+// probabilities (and a scratch of the same size in backward); kFused is FlashAttention's tiled
+// algorithm (Dao et al. 2022, Alg. 1-2): an online softmax keeps only each query row's
+// log-sum-exp, and backward recomputes the probabilities tile by tile. Real stacks run fused
+// (PyTorch SDPA, flash-attn), so it is the default.
+enum class AttentionKind { kNaive, kFused };
+const char* attention_name(AttentionKind a);
+// "naive" | "fused"; throws std::invalid_argument naming --attention.
+AttentionKind parse_attention(std::string_view s);
+
 struct GptConfig {
   std::string name;     // preset name, or the spec string
   int n_layer = 2;      // L
@@ -19,6 +29,7 @@ struct GptConfig {
   int context = 0;      // positions the model has (wpe rows); 0 = seq_len. run --seq S sets
                         // seq_len = S <= context = the preset's T.
   bool tied_head = true;  // LM head shares the token embedding (GPT-2)
+  AttentionKind attention = AttentionKind::kFused;  // --attention
   int positions() const { return context > 0 ? context : seq_len; }
 };
 

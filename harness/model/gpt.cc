@@ -36,6 +36,35 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
   backward ? hooks.post_backward(m) : hooks.post_forward(m);
 }
 
+// One per-layer tensor saved for backward, [L, n]. In fp32 it is the slices of one fp32 buffer.
+// Under bf16-mixed it is a tensor autocast keeps in bf16 (a matmul's output, or the bf16 copy
+// autocast makes of a matmul's input): layer l computes in one layer of fp32 work, store()
+// rounds the work into layer l's bf16 slice and leaves the rounded values in the work (what
+// the rest of the forward sees, as under autocast), load() brings them back for backward.
+class Saved {
+ public:
+  Saved() = default;
+  Saved(MemoryTracker& m, size_t L, size_t n, bool bf16)
+      : n_(n), bf16_(bf16), f32_(m, MemCategory::kActivations, bf16 ? n : L * n) {
+    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, L * n);
+  }
+  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + size_t(l) * n_; }
+  void store(Device& d, int l) {
+    if (!bf16_) return;
+    d.f32_to_bf16(half_.data() + size_t(l) * n_, f32_.data(), n_);
+    d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
+  }
+  void load(Device& d, int l) {
+    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
+  }
+
+ private:
+  size_t n_ = 0;
+  bool bf16_ = false;
+  TrackedBuffer<float> f32_;
+  TrackedBuffer<uint16_t> half_;
+};
+
 }  // namespace
 
 // Forward activations kept for backward: llm.c's ActivationTensors less `preatt` (both devices
@@ -45,19 +74,18 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
 struct GptModel::Acts {
   TrackedBuffer<int> tokens, targets;
   TrackedBuffer<float> encoded;                            // [B,T,C]
-  TrackedBuffer<float> ln1, ln1_mean, ln1_rstd;            // [L,B,T,C], [L,B,T] x2
-  TrackedBuffer<float> qkv;                                // [L,B,T,3C]
-  TrackedBuffer<float> atty;                               // [L,B,T,C]
-  TrackedBuffer<float> att;                                // [L,B,NH,T,T] probabilities
-  TrackedBuffer<float> attproj, residual2;                 // [L,B,T,C]
-  TrackedBuffer<float> ln2, ln2_mean, ln2_rstd;            // [L,B,T,C], [L,B,T] x2
-  TrackedBuffer<float> fch, fch_gelu;                      // [L,B,T,4C]
-  TrackedBuffer<float> fcproj, residual3;                  // [L,B,T,C]
+  // Saved: bf16 under bf16-mixed (matmul inputs' copies and outputs); TrackedBuffer: fp32
+  // always (the residual stream, LayerNorm statistics, softmax probabilities or lse, loss).
+  Saved ln1, qkv, atty, attproj, ln2, fch, fch_gelu, fcproj;  // [L,B,T,C] (qkv 3C, fch* 4C)
+  TrackedBuffer<float> ln1_mean, ln1_rstd;                 // [L,B,T] x2
+  TrackedBuffer<float> att;  // naive: [L,B,NH,T,T] probabilities; fused: [L,B,NH,T] lse
+  TrackedBuffer<float> residual2, residual3;               // [L,B,T,C]
+  TrackedBuffer<float> ln2_mean, ln2_rstd;                 // [L,B,T] x2
   TrackedBuffer<float> lnf, lnf_mean, lnf_rstd;            // [B,T,C], [B,T] x2
   TrackedBuffer<float> logits, probs;                      // [B,T,V]; logits become dlogits
   TrackedBuffer<float> dresidual, dbtc;                    // [B,T,C]
   TrackedBuffer<float> dqkv;                               // [B,T,3C]
-  TrackedBuffer<float> datt;                               // [B,NH,T,T]
+  TrackedBuffer<float> datt;                               // [B,NH,T,T] or fused [B,NH,T]
   TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
   bool have_forward = false;
 
@@ -66,54 +94,63 @@ struct GptModel::Acts {
     float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *attproj, *residual2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
   };
-  Layer layer(int l, size_t BT, size_t C, size_t NH, size_t T) {
+  size_t att_per_layer = 0;  // B·NH·T² (naive) or B·NH·T (fused)
+  Layer layer(int l, size_t BT, size_t C) {
     const size_t btc = BT * C;
     Layer y;
     y.residual = l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc;
-    y.ln1 = ln1.data() + l * btc;
+    y.ln1 = ln1.at(l);
     y.ln1_mean = ln1_mean.data() + l * BT;
     y.ln1_rstd = ln1_rstd.data() + l * BT;
-    y.qkv = qkv.data() + l * 3 * btc;
-    y.atty = atty.data() + l * btc;
-    y.att = att.data() + l * BT * NH * T;
-    y.attproj = attproj.data() + l * btc;
+    y.qkv = qkv.at(l);
+    y.atty = atty.at(l);
+    y.att = att.data() + l * att_per_layer;
+    y.attproj = attproj.at(l);
     y.residual2 = residual2.data() + l * btc;
-    y.ln2 = ln2.data() + l * btc;
+    y.ln2 = ln2.at(l);
     y.ln2_mean = ln2_mean.data() + l * BT;
     y.ln2_rstd = ln2_rstd.data() + l * BT;
-    y.fch = fch.data() + l * 4 * btc;
-    y.fch_gelu = fch_gelu.data() + l * 4 * btc;
-    y.fcproj = fcproj.data() + l * btc;
+    y.fch = fch.at(l);
+    y.fch_gelu = fch_gelu.at(l);
+    y.fcproj = fcproj.at(l);
     y.residual3 = residual3.data() + l * btc;
     return y;
   }
+  // Layer l's bf16-saved tensors back into their fp32 work for its backward (no-op in fp32).
+  void load_layer(Device& d, int l) {
+    for (Saved* s : {&ln1, &qkv, &atty, &ln2, &fch, &fch_gelu}) s->load(d, l);
+  }
 };
 
-GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory)
+GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory,
+                   bool bf16_activations)
     : config_(validated(config)), layout_(make_layout(config_)), batch_(batch), device_(device),
       memory_(memory), acts_(std::make_unique<Acts>()) {
   SB_CHECK(batch > 0, "batch per rank must be positive, got " << batch);
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                NH = config_.n_head, V = config_.vocab, BT = B * T;
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
+  auto saved = [&](size_t n) { return Saved(memory_, L, n, bf16_activations); };
   Acts& a = *acts_;
   a.tokens = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.targets = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.encoded = f(BT * C);
-  a.ln1 = f(L * BT * C);
+  a.ln1 = saved(BT * C);
   a.ln1_mean = f(L * BT);
   a.ln1_rstd = f(L * BT);
-  a.qkv = f(L * BT * 3 * C);
-  a.atty = f(L * BT * C);
-  a.att = f(L * B * NH * T * T);
-  a.attproj = f(L * BT * C);
+  a.qkv = saved(BT * 3 * C);
+  a.atty = saved(BT * C);
+  // Fused attention keeps one log-sum-exp per query row instead of the T×T probabilities.
+  a.att_per_layer = config_.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
+  a.att = f(L * a.att_per_layer);
+  a.attproj = saved(BT * C);
   a.residual2 = f(L * BT * C);
-  a.ln2 = f(L * BT * C);
+  a.ln2 = saved(BT * C);
   a.ln2_mean = f(L * BT);
   a.ln2_rstd = f(L * BT);
-  a.fch = f(L * BT * 4 * C);
-  a.fch_gelu = f(L * BT * 4 * C);
-  a.fcproj = f(L * BT * C);
+  a.fch = saved(BT * 4 * C);
+  a.fch_gelu = saved(BT * 4 * C);
+  a.fcproj = saved(BT * C);
   a.residual3 = f(L * BT * C);
   a.lnf = f(BT * C);
   a.lnf_mean = f(BT);
@@ -124,7 +161,7 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   a.dresidual = f(BT * C);
   a.dbtc = f(BT * C);
   a.dqkv = f(BT * 3 * C);
-  a.datt = f(B * NH * T * T);
+  a.datt = f(a.att_per_layer);  // softmax-backward scratch, or fused backward's row deltas
   a.dfch_gelu = f(BT * 4 * C);
   a.dfch = f(BT * 4 * C);
 }
@@ -147,35 +184,46 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
   });
   for (int l = 0; l < L; ++l) {
     const int m0 = 1 + 6 * l;
-    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    Acts::Layer y = a.layer(l, BT, C);
     run_module(hooks, layout_, m0, false, [&](Module& m) {
       d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
                           BT, C);
     });
+    a.ln1.store(d, l);
     run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
       d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
     });
-    d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    a.qkv.store(d, l);
+    if (config_.attention == AttentionKind::kFused)
+      d.flash_attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    else
+      d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+    a.atty.store(d, l);
     run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
       d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
     });
+    a.attproj.store(d, l);
     d.copy(y.residual2, y.residual, btc * sizeof(float));
     d.add_inplace(y.residual2, y.attproj, btc);
     run_module(hooks, layout_, m0 + 3, false, [&](Module& m) {
       d.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.residual2, m.param(0), m.param(1),
                           BT, C);
     });
+    a.ln2.store(d, l);
     run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
       d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C);
     });
+    a.fch.store(d, l);
     d.gelu_forward(y.fch_gelu, y.fch, 4 * btc);
+    a.fch_gelu.store(d, l);
     run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
       d.linear_forward(y.fcproj, y.fch_gelu, m.param(0), m.param(1), BT, 4 * C, C);
     });
+    a.fcproj.store(d, l);
     d.copy(y.residual3, y.residual2, btc * sizeof(float));
     d.add_inplace(y.residual3, y.fcproj, btc);
   }
-  const float* last = a.layer(L - 1, BT, C, NH, T).residual3;
+  const float* last = a.layer(L - 1, BT, C).residual3;
   run_module(hooks, layout_, 1 + 6 * L, false, [&](Module& m) {
     d.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, m.param(0),
                         m.param(1), BT, C);
@@ -207,12 +255,13 @@ void GptModel::backward(ModelHooks& hooks) {
   });
   d.fill_zero(dres, btc * sizeof(float));
   run_module(hooks, layout_, 1 + 6 * L, true, [&](Module& m) {
-    d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C, NH, T).residual3,
+    d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C).residual3,
                          m.param(0), a.lnf_mean.data(), a.lnf_rstd.data(), BT, C);
   });
   for (int l = L - 1; l >= 0; --l) {
     const int m0 = 1 + 6 * l;
-    Acts::Layer y = a.layer(l, BT, C, NH, T);
+    Acts::Layer y = a.layer(l, BT, C);
+    a.load_layer(d, l);
     // residual3 = residual2 + fcproj: dres is the gradient of both terms.
     run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {
       d.linear_backward(a.dfch_gelu.data(), m.grad(0), m.grad(1), dres, y.fch_gelu, m.param(0),
@@ -231,7 +280,11 @@ void GptModel::backward(ModelHooks& hooks) {
     run_module(hooks, layout_, m0 + 2, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), dres, y.atty, m.param(0), BT, C, C);
     });
-    d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
+    if (config_.attention == AttentionKind::kFused)
+      d.flash_attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.atty, y.att, B, T,
+                                 C, NH);
+    else
+      d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
     run_module(hooks, layout_, m0 + 1, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), a.dqkv.data(), y.ln1, m.param(0), BT, C,
                         3 * C);

@@ -32,7 +32,9 @@ class ModelHooks {
 class GptModel {
  public:
   // Allocates activations for `batch` sequences of config.seq_len tokens (kActivations).
-  GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory);
+  // bf16_activations (bf16-mixed): the tensors autocast produces in bf16 are saved in bf16.
+  GptModel(const GptConfig& config, int batch, Device& device, MemoryTracker& memory,
+           bool bf16_activations = false);
   ~GptModel();
   const ModelLayout& layout() const { return layout_; }
   int batch() const { return batch_; }

@@ -28,7 +28,8 @@ void finish(ModelShape& s) { s.num_params = s.layout.num_params(); }
 std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
          std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
-         std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u");
+         std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u") +
+         attention_name(c.attention);
 }
 
 std::mutex g_mu;
@@ -91,19 +92,29 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
   return s;
 }
 
-uint64_t activation_bytes(const GptConfig& c, int batch) {
+uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
   const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer, NH = c.n_head,
                  V = c.vocab, BT = B * T;
-  const uint64_t att = B * NH * T * T;
-  const uint64_t floats =
-      L * (18 * BT * C + 4 * BT + att) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
-  return 4 * floats + 2 * 4 * BT;
+  // Per layer and once more as backward scratch: the probabilities (naive) or one log-sum-exp
+  // per query row and its backward delta (fused).
+  const uint64_t att = c.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
+  // bf16: 16 of a layer's 18 BTC (all but the residuals) in bf16, plus one layer of them in
+  // fp32 as the work the layer computes in.
+  const uint64_t saved = 16 * BT * C;
+  const uint64_t floats = L * (2 * BT * C + (bf16 ? 0 : saved) + 4 * BT + att) +
+                          (bf16 ? saved : 0) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
+  return 4 * floats + (bf16 ? 2 * L * saved : 0) + 2 * 4 * BT;
 }
 
 const char* activation_formula() {
-  return "4*(L*(18*B*T*C + 4*B*T + B*NH*T^2) + 15*B*T*C + 2*B*T + 2*B*T*V + B*NH*T^2) + "
-         "8*B*T bytes: gpt.cc's fp32 activations kept for backward, one layer of activation "
-         "gradients, full TxT attention probabilities (no flash attention), int32 tokens/targets";
+  return "4*(L*(18*B*T*C + 4*B*T + A) + 15*B*T*C + 2*B*T + 2*B*T*V + A) + 8*B*T bytes "
+         "(fp32); bf16-mixed: 16*B*T*C of each layer's 18 (LayerNorm outputs as the matmuls' "
+         "bf16 input copies, qkv, attention output, projections, fc, GELU) at 2 bytes, plus "
+         "one layer of them in fp32 as work: 4*(L*(2*B*T*C + 4*B*T + A) + 31*B*T*C + 2*B*T + "
+         "2*B*T*V + A) + 2*16*L*B*T*C + 8*B*T; A = B*NH*T (--attention fused: one log-sum-exp "
+         "per query row; backward's row deltas) or B*NH*T^2 (naive: the TxT probabilities; "
+         "backward's scratch). gpt.cc's activations kept for backward, one layer of fp32 "
+         "activation gradients, int32 tokens/targets";
 }
 
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
@@ -111,15 +122,17 @@ uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
                  BT = B * T;
   // Slot A: the LM head's dlogits (dx and dW of its backward), fcproj's input / fc's dout, or
   // one sequence's attention probabilities over all heads (batched per sequence).
-  const uint64_t a = std::max({BT * V, BT * 4 * C, NH * T * T});
+  // (fused attention is one fp32 kernel: no cuBLAS operands).
+  const uint64_t probs = c.attention == AttentionKind::kNaive ? NH * T * T : 0;
+  const uint64_t a = std::max({BT * V, BT * 4 * C, probs});
   // Slot B: the LM head's weight, fc/fcproj's 4C-wide input in their dW, or their weights.
   const uint64_t b = std::max({V * C, BT * 4 * C, 4 * C * C});
   return 2 * (a + b);
 }
 
 const char* bf16_operand_formula() {
-  return "2*(max(B*T*V, 4*B*T*C, NH*T^2) + max(V*C, 4*B*T*C, 4*C^2)) bytes: the CUDA device's bf16 "
-         "copies of the largest op(A) and op(B) matmul operands, kept while bf16 matmuls are on";
+  return "2*(max(B*T*V, 4*B*T*C, NH*T^2 if --attention naive) + max(V*C, 4*B*T*C, 4*C^2)) "
+         "bytes: the CUDA device's bf16 copies of the largest op(A) and op(B) matmul operands, kept while bf16 matmuls are on";
 }
 
 double predict_flops(const ModelShape& m, uint64_t tokens) {

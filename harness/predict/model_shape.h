@@ -38,7 +38,8 @@ std::vector<std::string> predict_model_aliases();
 //   once:      15·BTC (encoded, lnf, dresidual, dbtc, dqkv 3, dfch_gelu 4, dfch 4) + 2·BT (lnf
 //              mean, rstd) + 2·BTV (logits, probs) + B·NH·T² (datt)
 //   all ×4 bytes, plus 2·BT int32 (tokens, targets).
-uint64_t activation_bytes(const GptConfig& c, int batch);
+// bf16: bf16-mixed's storage (gpt.cc's Saved): see activation_formula().
+uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16 = false);
 const char* activation_formula();
 // Bytes of the CUDA device's two bf16 operand slots once a bf16-matmul step has run: each slot
 // holds the largest op(A) / op(B) operand of any matmul of the step (cuda_device.cu).

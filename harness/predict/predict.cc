@@ -97,7 +97,9 @@ void fill_memory(Prediction& p, const StrategyRun& run, const ModelShape& shape,
   p.state_params = run.model_state_params;
   p.state_grads = run.model_state_grads;
   p.state_optimizer = run.model_state_optimizer;
-  p.activations = shape.bare ? 0 : activation_bytes(shape.config, cfg.batch_per_rank);
+  p.activations = shape.bare ? 0
+                             : activation_bytes(shape.config, cfg.batch_per_rank,
+                                                cfg.options.precision == Precision::kBf16Mixed);
   p.model_state_only = shape.bare;
   if (shape.bare) {  // no architecture: the model state is all that is known
     p.peak = p.state_params + p.state_grads + p.state_optimizer;

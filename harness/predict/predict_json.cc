@@ -16,7 +16,8 @@ json predict_config_json(const PredictConfig& cfg) {
                       : json{{"name", m.config.name},          {"n_layer", m.config.n_layer},
                              {"n_embd", m.config.n_embd},      {"n_head", m.config.n_head},
                              {"seq_len", m.config.seq_len},    {"vocab", m.config.vocab},
-                             {"tied_head", m.config.tied_head}};
+                             {"tied_head", m.config.tied_head},
+                             {"attention", attention_name(m.config.attention)}};
   return json{{"model", model},
               {"params", m.num_params},
               {"world_size", cfg.world},

@@ -79,6 +79,16 @@ class SimDevice final : public Device {
                           int C, int) override {
     flops(8.0 * B * double(T) * T * C);
   }
+  // Fused: the same model FLOPs forward; backward recomputes the scores (one more T²·C
+  // product: FlashAttention-2 §3.1.2's 5 matmuls against 4), so 2.5x the forward.
+  void flash_attention_forward(float*, float*, const float*, int B, int T, int C,
+                               int) override {
+    flops(4.0 * B * double(T) * T * C);
+  }
+  void flash_attention_backward(float*, float*, const float*, const float*, const float*,
+                                const float*, int B, int T, int C, int) override {
+    flops(10.0 * B * double(T) * T * C);
+  }
   void embedding_forward(float*, const int*, const float*, const float*, int B, int T,
                          int C) override {
     memory(12.0 * B * T * C);

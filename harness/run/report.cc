@@ -108,7 +108,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"model", {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
                  {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
                  {"vocab", m.vocab},
-                 {"tied_head", m.tied_head}}},
+                 {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)}}},
       {"params", count_params(m)},
       {"world_size", topo.world_size()},
       {"ranks_per_node", topo.ranks_per_node()},

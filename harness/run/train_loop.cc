@@ -44,7 +44,8 @@ class MatmulPrecisionScope {
 class GptWorkload final : public Workload {
  public:
   GptWorkload(const RunConfig& cfg, Device& d, MemoryTracker& m)
-      : model_(cfg.model, cfg.batch_per_rank, d, m) {}
+      : model_(cfg.model, cfg.batch_per_rank, d, m,
+               cfg.options.precision == Precision::kBf16Mixed) {}
   float forward(const int* tokens, const int* targets, ModelHooks& h) override {
     return model_.forward(tokens, targets, h);
   }

@@ -57,22 +57,26 @@ std::vector<Knobs> knob_cases() {
        [](RunConfig& c) {
          c.options.fsdp2_reshard_after_forward = run_env().topo.ranks_per_node();
          c.options.fsdp2_prefetch = 2;
-       }},
+       },
+       "fsdp2"},
       {"fsdp2_no_reshard_no_prefetch",
        [](RunConfig& c) {
          c.options.fsdp2_reshard_after_forward = 0;
          c.options.fsdp2_prefetch = 0;
-       }},
+       },
+       "fsdp2"},
       {"mics_hierarchical",
        [](RunConfig& c) {
          const Topology& t = run_env().topo;
          const int P = t.partition_size(), G = t.ranks_per_node();
          c.options.mics_hierarchical_params_gather = P > G && P % G == 0;
-       }},
-      {"untied_bf16",
+       },
+       "mics"},
+      {"untied_bf16_naive_attention",
        [](RunConfig& c) {
          c.model.tied_head = false;
          c.options.precision = Precision::kBf16Mixed;
+         c.model.attention = AttentionKind::kNaive;  // defaults and the rest run fused
        }},
       {"ddp_view_small_buckets",
        [](RunConfig& c) {

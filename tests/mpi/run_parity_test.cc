@@ -55,6 +55,11 @@ double bf16_ulp(float x) {
 //    weights and biases: their gradients weigh every token by the normalised activation, whose
 //    bf16 input loses the most relative precision (x − mean of nearby values): 0.30 ‖Δ_ref‖
 //    (measured ≤ 0.19).
+// The key third of attention's qkv bias is left out: its exact gradient is zero (b_k shifts a
+// query row's scores by q·b_k, which the softmax ignores), so both runs update it on rounding
+// residue, which AdamW's m/√v turns into ±lr steps of arbitrary sign. In fp32 the residue is
+// below ε = 1e-8 and the step stays small; under bf16-mixed the fused attention's backward
+// takes D = <dO, O> from the bf16-stored O (as FlashAttention does), a residue of 2^-9·|D|.
 // A tensor never updated is off by ‖Δ_ref‖ itself: at least 1.6× the allowance for every
 // tensor (LayerNorm weights the closest), which the test asserts too, so it can fail there.
 struct TensorCheck {
@@ -67,7 +72,9 @@ std::vector<TensorCheck> bf16_update_checks(const std::vector<float>& run,
   size_t at = 0;
   for (const ParamTensor& t : l.tensors) {
     double d = 0, n = 0, u = 0;
+    const bool qkv_bias = t.name.find("attn.qkv.bias") != std::string::npos;
     for (size_t i = at; i < at + t.numel; ++i) {
+      if (qkv_bias && i >= at + t.numel / 3 && i < at + 2 * t.numel / 3) continue;  // b_k
       const double du = double(run[i]) - init[i], dr = double(ref[i]) - init[i];
       const double ulp = bf16_ulp(ref[i]);
       d += (du - dr) * (du - dr);

@@ -172,6 +172,63 @@ TEST(ModelGradCheck, CausalAttention) {
              40);
 }
 
+// FlashAttention (fused) at T = 70: two query and key tiles of the CPU device's 64, so the
+// online softmax's rescale across tiles and the diagonal tile's mask both run.
+TEST(ModelGradCheck, FusedAttention) {
+  auto dev = make_cpu_device();
+  const int B = 2, T = 70, C = 12, NH = 3;
+  auto qkv = uniform(size_t(B) * T * 3 * C, -1, 1, 21), r = uniform(size_t(B) * T * C, -1, 1, 22);
+  std::vector<float> y(B * T * C), lse(B * NH * T), delta(lse.size());
+  auto loss = [&] {
+    dev->flash_attention_forward(y.data(), lse.data(), qkv.data(), B, T, C, NH);
+    return dot(y, r);
+  };
+  loss();
+  std::vector<float> dqkv(qkv.size(), 3.0f);  // "=" contract: the seed must be overwritten
+  dev->flash_attention_backward(dqkv.data(), delta.data(), r.data(), qkv.data(), y.data(),
+                                lse.data(), B, T, C, NH);
+  check_grad("fused attention dqkv", qkv.data(), qkv.size(), dqkv.data(), loss,
+             Tol{3e-3f, 3e-4, 3e-3}, 40);
+}
+
+// Fused against naive on the same inputs: outputs, each row's log-sum-exp against the naive
+// probabilities (p_tj = exp(s_tj - lse_t) for the scaled score s), and the input gradients.
+// Large scores (qkv in +-4) make the running maximum move between tiles.
+TEST(ModelGradCheck, FusedAttentionMatchesNaive) {
+  auto dev = make_cpu_device();
+  for (int T : {1, 63, 64, 65, 130}) {
+    const int B = 2, C = 16, NH = 2, hs = C / NH;
+    auto qkv = uniform(size_t(B) * T * 3 * C, -4, 4, 31 + T);
+    auto g = uniform(size_t(B) * T * C, -1, 1, 32 + T);
+    std::vector<float> yn(B * T * C), yf(yn.size()), att(size_t(B) * NH * T * T),
+        datt(att.size()), lse(B * NH * T), delta(lse.size());
+    std::vector<float> dn(qkv.size()), df(qkv.size(), 5.0f);
+    dev->attention_forward(yn.data(), att.data(), qkv.data(), B, T, C, NH);
+    dev->attention_backward(dn.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C,
+                            NH);
+    dev->flash_attention_forward(yf.data(), lse.data(), qkv.data(), B, T, C, NH);
+    dev->flash_attention_backward(df.data(), delta.data(), g.data(), qkv.data(), yf.data(),
+                                  lse.data(), B, T, C, NH);
+    for (size_t i = 0; i < yn.size(); ++i)
+      ASSERT_NEAR(yf[i], yn[i], 2e-5f + 2e-5f * std::abs(yn[i])) << "out T=" << T << " @" << i;
+    for (size_t i = 0; i < dn.size(); ++i)
+      ASSERT_NEAR(df[i], dn[i], 1e-4f + 1e-4f * std::abs(dn[i])) << "dqkv T=" << T << " @" << i;
+    const float scale = 1.0f / std::sqrt(float(hs));
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; ++t) {  // p_t0 = exp(s_t0 - lse_t) from q_t . k_0
+          const float* q = qkv.data() + (size_t(b) * T + t) * 3 * C + h * hs;
+          const float* k = qkv.data() + size_t(b) * T * 3 * C + C + h * hs;
+          double s = 0.0;
+          for (int d = 0; d < hs; ++d) s += double(q[d]) * k[d];
+          const double p = std::exp(s * scale - lse[(size_t(b) * NH + h) * T + t]);
+          ASSERT_NEAR(p, att[((size_t(b) * NH + h) * T + t) * T], 1e-5) << "lse row " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(ModelGradCheck, SoftmaxCrossEntropy) {
   auto dev = make_cpu_device();
   const int rows = 4, V = 37;
@@ -217,9 +274,10 @@ TEST(ModelGradCheck, Embedding) {
 // is 5e-7), so signals are made large: parameters at a random "trained-looking" point (every
 // path contributes), per-element steps on the largest-gradient elements, and the derivative
 // along the gradient's own direction (step 0.05 of a unit vector), which must equal |g|.
-void check_model(bool tied) {
+void check_model(bool tied, AttentionKind attention = AttentionKind::kFused) {
   GptConfig c = parse_model("tiny");
   c.tied_head = tied;
+  c.attention = attention;
   auto dev = make_cpu_device();
   MemoryTracker mem(dev->allocator());
   const int B = 2;
@@ -283,6 +341,7 @@ void check_model(bool tied) {
 
 TEST(ModelGradCheck, WholeTinyModelTiedHead) { check_model(true); }
 TEST(ModelGradCheck, WholeTinyModelUntiedHead) { check_model(false); }
+TEST(ModelGradCheck, WholeTinyModelNaiveAttention) { check_model(true, AttentionKind::kNaive); }
 
 }  // namespace
 }  // namespace sb::testing

@@ -30,8 +30,10 @@ uint64_t enumerated_slot_bytes(const GptConfig& c, int batch) {
     call(BT * out, out * in);   // dx
     call(BT * out, BT * in);    // dW
   }
-  // attention, per sequence over NH heads: scores Q K^T, out = att V; backward datt = dout V^T,
-  // dV = att^T dout, dQ = dS K, dK = dS^T Q.
+  // naive attention, per sequence over NH heads: scores Q K^T, out = att V; backward
+  // datt = dout V^T, dV = att^T dout, dQ = dS K, dK = dS^T Q. Fused attention is one fp32
+  // kernel (no cuBLAS call, no bf16 operands).
+  if (c.attention == AttentionKind::kFused) return 2 * (a + b);
   call(T * C, T * C);
   call(NH * T * T, T * C);
   call(T * C, T * C);
@@ -42,14 +44,17 @@ uint64_t enumerated_slot_bytes(const GptConfig& c, int batch) {
 }
 
 TEST(Bf16OperandSlots, ClosedFormEqualsTheEnumeratedMatmuls) {
-  for (const char* model : {"tiny", "small", "gpt2-124m", "gpt2-350m"})
-    for (int batch : {1, 4, 16}) {
-      const GptConfig c = parse_model(model);
-      EXPECT_EQ(bf16_operand_bytes(c, batch), enumerated_slot_bytes(c, batch))
-          << model << " batch " << batch;
-    }
+  for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
+    for (const char* model : {"tiny", "small", "gpt2-124m", "gpt2-350m"})
+      for (int batch : {1, 4, 16}) {
+        GptConfig c = parse_model(model);
+        c.attention = att;
+        EXPECT_EQ(bf16_operand_bytes(c, batch), enumerated_slot_bytes(c, batch))
+            << model << " batch " << batch << " " << attention_name(att);
+      }
   // Shapes where the other terms win: long context (NH*T^2) and a wide, short model (4*C^2).
   GptConfig c = parse_model("tiny");
+  c.attention = AttentionKind::kNaive;
   c.vocab = 64;
   c.seq_len = 512;
   c.n_head = 8;

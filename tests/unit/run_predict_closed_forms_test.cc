@@ -160,15 +160,31 @@ TEST(PredictRing, PartitionGroupsAgreeBetweenClosedFormAndTopologyPaths) {
 }
 
 TEST(PredictActivations, FormulaEqualsWhatGptModelAllocates) {
-  for (const char* spec : {"tiny", "small", "3,48,6,20,97"}) {
-    for (int batch : {1, 3}) {
-      const GptConfig c = parse_model(spec);
-      auto dev = make_cpu_device();
-      MemoryTracker mem(dev->allocator());
-      GptModel model(c, batch, *dev, mem);
-      EXPECT_EQ(activation_bytes(c, batch), mem.current(MemCategory::kActivations)) << spec;
+  for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused}) {
+    for (const char* spec : {"tiny", "small", "3,48,6,20,97"}) {
+      for (int batch : {1, 3}) {
+        GptConfig c = parse_model(spec);
+        c.attention = att;
+        auto dev = make_cpu_device();
+        MemoryTracker mem(dev->allocator());
+        GptModel model(c, batch, *dev, mem);
+        EXPECT_EQ(activation_bytes(c, batch), mem.current(MemCategory::kActivations))
+            << spec << " " << attention_name(att);
+      }
     }
   }
+}
+
+// The memory difference fused attention makes, term by term: per layer and once as backward
+// scratch, B·NH·T² probabilities become B·NH·T log-sum-exps (fp32).
+TEST(PredictActivations, FusedAttentionDropsTheProbabilities) {
+  GptConfig c = parse_model("3,48,6,20,97");
+  const int B = 2;
+  const uint64_t NH = 6, T = 20, L = 3;
+  c.attention = AttentionKind::kNaive;
+  const uint64_t naive = activation_bytes(c, B);
+  c.attention = AttentionKind::kFused;
+  EXPECT_EQ(naive - activation_bytes(c, B), 4 * (L + 1) * B * NH * (T * T - T));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CudaDevice: every matmul through cuBLAS (fp32, TF32 when allowed; in bf16 matmul mode bf16
 // operands with fp32 accumulation, on tensor cores) and plain one-thread-per-element /
 // one-warp-per-row kernels for the rest, all on one compute stream. Semantics follow device.h and the CPU device exactly; speed
-// is "good, not tuned" (no fused attention). Reductions over rows are deterministic except the
+// is "good, not tuned" (fused attention is a plain kernel). Reductions over rows are deterministic except the
 // embedding table gradient (atomicAdd, as llm.c), so repeated runs may differ in the last bits.
 #include "harness/device/cuda/cuda_device.h"
 
@@ -16,6 +16,7 @@
 #include "harness/device/cuda/cuda_check.h"
 
 #include "harness/device/cuda/cuda_kernels.cuh"
+#include "harness/device/cuda/flash_kernels.cuh"
 
 namespace sb {
 
@@ -339,6 +340,30 @@ void CudaDevice::attention_backward(float* dqkv, float* datt, const float* dout,
     gemm_batched(false, false, T, hs, T, scale, dp, T, TT, q + C, C3, hs, 0.f, dq, C3, hs, NH);
     gemm_batched(true, false, T, hs, T, scale, dp, T, TT, q, C3, hs, 0.f, dq + C, C3, hs, NH);
   }
+}
+
+// FlashAttention (flash_kernels.cuh): grid = (query or key tiles, heads, batch).
+void CudaDevice::flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T,
+                                         int C, int NH) {
+  SB_CHECK(C / NH <= kFlashMaxHead, "fused attention on CUDA supports head size <= "
+                                        << kFlashMaxHead << ", got " << C / NH);
+  const dim3 grid((T + kFlashRows - 1) / kFlashRows, NH, B);
+  flash_forward_kernel<<<grid, kFlashRows, 0, stream_>>>(out, lse, qkv, T, C, NH);
+  SB_CUDA_CHECK_LAUNCH();
+}
+
+void CudaDevice::flash_attention_backward(float* dqkv, float* delta, const float* dout,
+                                          const float* qkv, const float* out, const float* lse,
+                                          int B, int T, int C, int NH) {
+  SB_CHECK(C / NH <= kFlashMaxHead, "fused attention on CUDA supports head size <= "
+                                        << kFlashMaxHead << ", got " << C / NH);
+  const dim3 grid((T + kFlashRows - 1) / kFlashRows, NH, B);
+  flash_delta_kernel<<<grid, kFlashRows, 0, stream_>>>(delta, dout, out, T, C, NH);
+  SB_CUDA_CHECK_LAUNCH();
+  flash_dkv_kernel<<<grid, kFlashRows, 0, stream_>>>(dqkv, dout, qkv, lse, delta, T, C, NH);
+  SB_CUDA_CHECK_LAUNCH();
+  flash_dq_kernel<<<grid, kFlashRows, 0, stream_>>>(dqkv, dout, qkv, lse, delta, T, C, NH);
+  SB_CUDA_CHECK_LAUNCH();
 }
 
 void CudaDevice::embedding_forward(float* out, const int* tokens, const float* wte,
