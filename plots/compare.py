@@ -309,7 +309,8 @@ def print_table(rows):
         print(line(c))
 
 
-def main(argv):
+def argument_parser():
+    """compare.py's command line; its defaults are the gate's rule (report_html.py reads them)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,7 +331,11 @@ def main(argv):
                     help="timed changes below this many seconds never count (default 1e-5)")
     ap.add_argument("--allow-config-diff", action="store_true",
                     help="compare files whose experiment differs (warn instead of exit 2)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv):
+    args = argument_parser().parse_args(argv)
     for v, flag in ((args.threshold_pct, "--threshold-pct"), (args.peak_mem_pct, "--peak-mem-pct"),
                     (args.min_time_s, "--min-time-s")):
         if not math.isfinite(v) or v < 0:

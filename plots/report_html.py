@@ -177,14 +177,15 @@ def baseline_section(base_path, new_doc):
     notes += "".join(f'<p class="note">config differs: {esc(s)}</p>' for s in soft)
     if hard:
         return notes
-    args = argparse.Namespace(threshold_pct=5.0, k=3.0, bytes_pct=0.5, min_time_s=1e-4)
+    args = compare.argument_parser().parse_args([base_path, "-"])  # the gate's defaults
+    overlap = (base.get("config") or {}).get("overlap", True) is not False
     new_by = compare.by_name(new_doc)
     rows = []
     for name, b in compare.by_name(base).items():
-        rows += compare.compare_strategy(name, b, new_by.get(name), args)
+        rows += compare.compare_strategy(name, b, new_by.get(name), args, overlap)
     verdict = "REGRESSION" if any(r.regressed for r in rows) else "no regression"
     head = ["strategy", "metric", "baseline", "new", "change", "allowed", "verdict"]
-    return (f"<p>{esc(base_path)}: <b>{verdict}</b> (compare.py's rule, threshold 5 %)</p>" +
+    return (f"<p>{esc(base_path)}: <b>{verdict}</b> (compare.py's rule, threshold {args.threshold_pct:g} %)</p>" +
             notes + table(head, [r.cells for r in rows], "baseline",
                           [r.cells[6] for r in rows]))
 

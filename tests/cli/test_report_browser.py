@@ -19,8 +19,17 @@ SB = os.path.join(BUILD, "shardbench")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
-STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "fsdp_full_shard", "fsdp_shard_grad_op",
-              "fsdp_hybrid_shard", "fsdp_hybrid_shard_zero2"]
+
+
+def registered_strategies():
+    """Every strategy the binary registers, from its one-line refusal of an unknown name."""
+    out = os.path.join(tempfile.mkdtemp(prefix="sbnames"), "never.json")
+    p = subprocess.run([SB, "run", "--model", "tiny", "--strategies", "no-such-strategy",
+                        "--out", out], capture_output=True, text=True, env=ENV)
+    return p.stderr.strip().split("allowed: all or ")[1].split(",")
+
+
+STRATEGIES = registered_strategies()  # the run below runs --strategies all
 
 
 def read(path):
