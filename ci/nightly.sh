@@ -12,10 +12,10 @@
 # From a CI scheduler (GitHub Actions `schedule:`, GitLab pipeline schedules, Jenkins cron):
 #   run `ci/setup.sh && ci/nightly.sh` and archive results/nightly/ and plots/out/nightly-*/.
 # To accept a night's cells as the new baselines after review:
-#   cp results/nightly/<date>/*-*.json results/baseline/   (the cell files, not index.json)
+#   cp results/nightly/<date>/*-np*-*.json results/baseline/   (the cell files only)
 #
 # Knobs (environment): MATRIX=ci/matrix/nightly.toml BASELINE_DIR=results/baseline
-#   THRESHOLD_PCT=10 BENCH_NP=2 SKIP_BUILD=0 JOBS=2
+#   THRESHOLD_PCT=15 BENCH_NP=2 SKIP_BUILD=0 JOBS=2
 # Exit status: 0 all good; 1 a regression against a baseline; 2 a step failed (build, a
 #   cell, invalid results, micro-benchmarks, plots, or a comparison that could not be made);
 #   3 already running.
@@ -26,7 +26,7 @@ cd "$ROOT" || exit 2
 
 MATRIX="${MATRIX:-ci/matrix/nightly.toml}"
 BASELINE_DIR="${BASELINE_DIR:-results/baseline}"
-THRESHOLD_PCT="${THRESHOLD_PCT:-10}"
+THRESHOLD_PCT="${THRESHOLD_PCT:-15}"  # measured: identical reruns differ up to 14 % here
 BENCH_NP="${BENCH_NP:-2}"
 SKIP_BUILD="${SKIP_BUILD:-0}"
 JOBS="${JOBS:-2}"
@@ -79,7 +79,7 @@ case $matrix_rc in
      failed+=("matrix (exit $matrix_rc)") ;;
 esac
 
-for f in "$OUTDIR"/*-*.json; do   # the cell files (comparisons are in $OUTDIR/compare/)
+for f in "$OUTDIR"/*-np*-*.json; do   # the cell files (comparisons are in $OUTDIR/compare/)
   [ -s "$f" ] || continue
   step "validate $f"
   "$PY" results/validate.py "$f" || { failed+=("results validation: $f"); continue; }
@@ -111,7 +111,7 @@ ln -sfn "$DATE" results/nightly/latest
 # A cell's trends read every dated run of the same cell id: results/nightly/<date>/<id>.json,
 # gathered as links in $OUTDIR/history/<id>/<date>.json.
 reports=0
-for f in "$OUTDIR"/*-*.json; do
+for f in "$OUTDIR"/*-np*-*.json; do
   [ -s "$f" ] || continue
   id="$(basename "$f" .json)"
   hist="$OUTDIR/history/$id"
