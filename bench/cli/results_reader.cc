@@ -23,7 +23,18 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"backward_prefetch", "pre"}, {"forward_prefetch", false}, {"limit_all_gathers", true},
       {"overlap", true},           {"collectives", "ring"},     {"prefetch_elements", 50000000},
       {"persist_elements", 0},     {"mem_limit_gb", 0.0},       {"lr", 1e-3},
-      {"device", "cpu"}};
+      {"device", "cpu"},           {"zero_grad_reduce", "bucket_all_reduce"},
+      {"reuse_distance", 1000000000}, {"grad_accum", 1},        {"fsdp_no_sync", true},
+      {"fsdp2_reshard_after_forward", true}, {"fsdp2_prefetch", 1}, {"mics_shard_size", 0},
+      {"mics_hierarchical_params_gather", false}};
+  return k;
+}
+
+// DistributedDataParallel's arguments (config.ddp) at PyTorch's defaults: named ddp.<key> when off.
+const std::vector<std::pair<const char*, json>>& ddp_defaults() {
+  static const std::vector<std::pair<const char*, json>> k = {
+      {"bucket_cap_mb", 25.0}, {"first_bucket_mb", 1.0}, {"gradient_as_bucket_view", false},
+      {"bf16_params", false}};
   return k;
 }
 
@@ -75,8 +86,13 @@ std::string series_prefix(const json& c) {
   const json* seq = at_path(c, {"seq_len"});
   const json* ctx = at_path(c, {"model", "context"});
   if (seq && ctx && *seq != *ctx) add("seq_len", *seq);
+  for (const auto& [key, def] : ddp_defaults())
+    if (const json* v = at_path(c, {"ddp", key}); v && !v->is_null() && !same_value(*v, def))
+      add(std::string("ddp.") + key, *v);
   if (const json* tied = at_path(c, {"model", "tied_head"}); tied && *tied == false)
     add("tied_head", false);
+  if (const json* att = at_path(c, {"model", "attention"}); att && *att != "fused")
+    add("attention", *att);
   return str_at(c, {"model", "name"}) + "/w" + world + "/" + str_at(c, {"precision"}) + "/" +
          (knobs.empty() ? "" : knobs + "/");
 }
