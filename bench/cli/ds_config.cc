@@ -119,9 +119,15 @@ void apply_top_level(const json& top, const std::string& path, DsConfig& d) {
       if (get<std::string>(v, k, path, "a string") != want)
         fail(path, k, fmt::format("{} is not supported with this precision; allowed: {}",
                                   v.dump(), want));
-    } else if (k == "gradient_accumulation_steps") {
-      if (get_count(v, k, path) != 1)
-        fail(path, k, fmt::format("{} is not yet supported; allowed: 1", v.dump()));
+    } else if (k == "gradient_accumulation_steps") {  // micro-batches per step: --grad-accum
+      const uint64_t steps = get_count(v, k, path);
+      if (steps < 1 || steps > 4096) fail(path, k, fmt::format("{}: allowed 1..4096", v.dump()));
+      // ZeRO-2/3 reduce every micro-batch into the owned partition (stage_1_and_2.py
+      // average_tensor, stage3.py); that accumulation is not implemented yet.
+      if (steps > 1 && d.stage != 1)
+        fail(path, k, fmt::format("{} with zero_optimization.stage {} is not yet supported; "
+                                  "allowed: 1, or any count with stage 1", v.dump(), d.stage));
+      o.grad_accum = int(steps);
     } else if (kTopIgnored.count(k)) {
       d.applied.ds_config_ignored.push_back(k);
     } else {

@@ -118,6 +118,20 @@ class RunTest(unittest.TestCase):
         v = validate(out)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
 
+    def test_ds_config_gradient_accumulation_is_the_runs_grad_accum(self):
+        # stage 1 with gradient_accumulation_steps 3: zero1 accumulates 3 micro-batches per step
+        # and reduces once, at the boundary (one bucket all-reduce + one all-gather per step).
+        out = os.path.join(self.tmp, "ds_accum.json")
+        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero1_grad_accum.json")
+        p = sb("run", "--np", "2", "--model", "tiny", "--ds-config", cfg, "--steps", "1",
+               "--warmup", "0", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = load(out)
+        self.assertEqual(doc["config"]["grad_accum"], 3)
+        r = doc["results"][0]
+        self.assertEqual((r["strategy"], r["status"]), ("zero1", "ok"), r.get("error"))
+        self.assertEqual(r["comm"]["per_step"]["collectives"], 2)
+
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)
         sums = [r["param_checksum"] for r in doc["results"]]
