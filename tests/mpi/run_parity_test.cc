@@ -22,15 +22,41 @@ const Reference& fp32_reference() {
   return ref;
 }
 
+// Whether element i of the full parameters is in the key third of an attention qkv bias: its
+// exact gradient is zero (see bf16_update_checks), so both runs move it on rounding residue.
+bool in_key_bias(const ModelLayout& l, size_t i) {
+  size_t at = 0;
+  for (const ParamTensor& t : l.tensors) {
+    if (i < at + t.numel)
+      return t.name.find("attn.qkv.bias") != std::string::npos && i >= at + t.numel / 3 &&
+             i < at + 2 * t.numel / 3;
+    at += t.numel;
+  }
+  return false;
+}
+
 TEST_P(Parity, Fp32MatchesOneRankReference) {
   const Reference& ref = fp32_reference();
-  const StrategyRun r = run(GetParam(), tiny_config());
+  const RunConfig cfg = tiny_config();
+  const StrategyRun r = run(GetParam(), cfg);
   ASSERT_EQ(r.status, "ok") << r.error;
   ASSERT_EQ(r.loss.size(), ref.loss.size());
   for (size_t s = 0; s < ref.loss.size(); ++s)
     EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << "step " << s;
   EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5);
-  EXPECT_LT(max_abs_diff(r.params, ref.params), 1e-5 * 1.0) << "largest elementwise difference";
+  // Elementwise 1e-5, except the key bias: its residue-driven AdamW steps (m/(√v + ε) with
+  // residues near ε) differ with the summation order; measured 1.1e-5 at world 4 in the -O1
+  // sanitizer build (element 51 of h.0's qkv bias). It is held to AdamW's own bound instead:
+  // each run moves it at most lr per step, so they differ by at most 2·lr·steps.
+  const ModelLayout l = make_layout(cfg.model);
+  ASSERT_EQ(r.params.size(), ref.params.size());
+  double other = 0, key = 0;
+  for (size_t i = 0; i < ref.params.size(); ++i) {
+    double& worst = in_key_bias(l, i) ? key : other;
+    worst = std::max(worst, std::fabs(double(r.params[i]) - ref.params[i]));
+  }
+  EXPECT_LT(other, 1e-5) << "largest elementwise difference outside the key bias";
+  EXPECT_LE(key, 2.0 * cfg.options.adamw.lr * double(ref.loss.size())) << "key bias";
   EXPECT_LT(ref.loss.back(), ref.loss.front()) << "the reference should learn";
 }
 
