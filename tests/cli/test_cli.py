@@ -96,15 +96,19 @@ class RunTest(unittest.TestCase):
                     self.assertEqual(r["residuals"]["residual"][k], 0)
             self.assertGreater(r["residuals"]["ratio"]["step_time_s"], 0)
 
-    def test_ds_config_configures_zero_as_deepspeed_would(self):
-        # stage 2 selects zero2; bf16 -> bf16-mixed; reduce_bucket_size 5e8 elements of bf16;
-        # keys accepted but not modelled are listed; the run is a valid results file.
-        out = os.path.join(self.tmp, "ds.json")
-        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_shipped.json")
+    def run_ds_config(self, name):
+        """One tiny 2-rank step configured by tests/cli/ds_configs/NAME: (its path, out, doc)."""
+        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", name)
+        out = os.path.join(self.tmp, "ds-" + name)
         p = sb("run", "--np", "2", "--model", "tiny", "--ds-config", cfg, "--steps", "1",
                "--warmup", "0", "--out", out, "--quiet")
         self.assertEqual(p.returncode, 0, p.stderr)
-        doc = load(out)
+        return cfg, out, load(out)
+
+    def test_ds_config_configures_zero_as_deepspeed_would(self):
+        # stage 2 selects zero2; bf16 -> bf16-mixed; reduce_bucket_size 5e8 elements of bf16;
+        # keys accepted but not modelled are listed; the run is a valid results file.
+        cfg, out, doc = self.run_ds_config("zero2_shipped.json")
         c = doc["config"]
         self.assertEqual([r["strategy"] for r in doc["results"]], ["zero2"])
         self.assertEqual(doc["results"][0]["status"], "ok")
@@ -121,12 +125,7 @@ class RunTest(unittest.TestCase):
     def test_ds_config_gradient_accumulation_is_the_runs_grad_accum(self):
         # stage 1 with gradient_accumulation_steps 3: zero1 accumulates 3 micro-batches per step
         # and reduces once, at the boundary (one bucket all-reduce + one all-gather per step).
-        out = os.path.join(self.tmp, "ds_accum.json")
-        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero1_grad_accum.json")
-        p = sb("run", "--np", "2", "--model", "tiny", "--ds-config", cfg, "--steps", "1",
-               "--warmup", "0", "--out", out, "--quiet")
-        self.assertEqual(p.returncode, 0, p.stderr)
-        doc = load(out)
+        _, _, doc = self.run_ds_config("zero1_grad_accum.json")
         self.assertEqual(doc["config"]["grad_accum"], 3)
         r = doc["results"][0]
         self.assertEqual((r["strategy"], r["status"]), ("zero1", "ok"), r.get("error"))
