@@ -159,6 +159,7 @@ DsConfig read_ds_config(const std::string& path, const RunConfig& from_flags) {
   d.stage = int(get_count(z.at("stage"), "zero_optimization.stage", path));
   if (d.stage < 1 || d.stage > 3)
     fail(path, "zero_optimization.stage", fmt::format("{}: allowed 1, 2 or 3", d.stage));
+  d.applied.ds_config_stage = d.stage;
   apply_top_level(top, path, d);  // precision first: the bucket size converts through it
   apply_zero(z, path, d);
   return d;

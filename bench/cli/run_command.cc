@@ -252,7 +252,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   Communicator comm(topo, std::move(backend), ledger);
   const std::vector<std::string> names =
       a.ds_config.empty() ? parse_strategy_list(a.strategies)
-                          : ds_config_strategies(read_ds_config(a.ds_config, cfg).stage,
+                          : ds_config_strategies(cfg.ds_config_stage,
                                                  parse_strategy_list(a.strategies),
                                                  a.strategies == "all");
   const int tokens =

@@ -32,6 +32,7 @@ struct RunConfig {
   bool trace = false;  // build each rank's timeline (--trace; harness/run/trace.h writes it)
   std::string ds_config;                       // --ds-config FILE, empty if none
   std::vector<std::string> ds_config_ignored;  // its keys accepted but not modelled
+  int ds_config_stage = 0;                     // its zero_optimization.stage (0: no file)
   // Hidden test flag --inject-fault rank:step:kind. `step` counts every step this process has
   // run across the matrix (0-based), so strategy k's first step is k * (warmup + steps).
   struct Fault { int rank = -1; int step = -1; std::string kind; } fault;  // exit | hang | oom
