@@ -34,6 +34,7 @@ EXPECTED_PNGS = ["throughput.png", "memory.png", "comm_bytes.png", "collectives.
                  "size_histogram.png", "throughput_vs_memory.png", "step_time.png", "loss.png",
                  "phases.png"]
 REPORT = ROOT / "plots" / "report_html.py"
+TABLE = ROOT / "plots" / "strategy_table.py"
 
 
 def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, seq_len=128,
@@ -538,6 +539,30 @@ class CompareTest(Base):
         rc, out = run(COMPARE, self.write("old.json", old), self.write("bf16.json", new))
         self.assertEqual(rc, 2, out)
         self.assertIn("matmul_precision", out)
+
+
+class StrategyTableTest(Base):
+    def test_rows_carry_the_files_numbers(self):
+        doc = make_results(failed={"zero3": "oom"})
+        rc, out = run(TABLE, f"{self.write('r.json', doc)}=--overlap off", "--time")
+        self.assertEqual(rc, 0, out)
+        rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")
+                for line in out.splitlines()[2:]}
+        self.assertEqual(list(rows), ALL_STRATEGIES)
+        ddp = next(r for r in doc["results"] if r["strategy"] == "ddp")
+        cells = rows["ddp"]
+        self.assertEqual(cells[1], "--overlap off")
+        self.assertEqual(float(cells[2]), round(ddp["comm"]["per_step"]["sent_bytes_intra"] / 2**20, 1))
+        self.assertEqual(float(cells[5]), round(ddp["memory"]["peak_bytes_per_rank"] / 2**20, 1))
+        self.assertTrue(cells[4].startswith(str(ddp["comm"]["per_step"]["collectives"])))
+        self.assertEqual(float(cells[9]), round(ddp["step_time_s"]["median"], 3))
+        self.assertIn("oom", rows["zero3"][2])
+
+    def test_a_prediction_is_refused(self):
+        rc, out = run(TABLE, self.write("p.json", {"kind": "prediction", "results": []}))
+        self.assertEqual(rc, 2, out)
+        self.assertIn("prediction", out)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
