@@ -54,8 +54,9 @@ TEST_P(UseOrigParams, AlignedFlatParamMatchesTheClosedFormAndTrainsLikeTheRefere
   }
   // without the alignment the flat parameter is smaller unless every tensor is aligned already
   EXPECT_GE(pad, closed_forms::fsdp_padded(l, S).first);
-  if (c.precision == Precision::kFp32)
+  if (c.precision == Precision::kFp32) {
     EXPECT_LT(rel_norm_diff(r.params, reference_run(cfg, global_batch(), 2).params), 1e-5);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
