@@ -9,6 +9,7 @@
 
 #include "harness/common/check.h"
 #include "strategies/fsdp_plan.h"
+#include "strategies/grad_sum.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -46,7 +47,10 @@ class Fsdp final : public Strategy {
     units_.resize(plan_.unit_tensors.size());
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& U = units_[u];
-      U.flat = FlatLayout::build(ctx_.model, plan_.unit_tensors[u], S);
+      // use_orig_params (torch >= 2.0 _flat_param.py, FlatParamHandle
+      // ._init_flat_param_and_metadata with _get_aligned_numel): 16 bytes of the param dtype
+      const uint64_t align = o.fsdp_use_orig_params ? 16 / dtype_bytes(o.param_dtype()) : 1;
+      U.flat = FlatLayout::build(ctx_.model, plan_.unit_tensors[u], S, align);
       const uint64_t shard = U.flat.shard_size(S);
       U.shard = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), shard);
       U.grad_shard = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), shard);
@@ -68,7 +72,7 @@ class Fsdp final : public Strategy {
   void on_post_forward(int m) override {
     const int u = plan_.unit_of_module[m];
     if (m == plan_.spans[u].last_fwd && u != plan_.root && desc_.reshard_after_forward)
-      units_[u].full.reset();
+      reshard(units_[u]);
   }
 
   void on_pre_backward(int m) override {
@@ -94,7 +98,7 @@ class Fsdp final : public Strategy {
     if (m != plan_.spans[u].last_bwd) return;
     // _post_backward_hook: _reshard (free the unit) first, then _prefetch_handles
     // (BACKWARD_POST's gather of the next unit), then the reduce-scatter.
-    U.full.reset();  // the comm thread reads only the grads from here on
+    reshard(U);  // the comm thread reads only the grads from here on
     if (ctx_.options.backward_prefetch == BackwardPrefetch::kPost)
       gather(plan_.next_unit(m, -1));
     if (!sync_) return;
@@ -176,25 +180,31 @@ class Fsdp final : public Strategy {
     if (u < 0) return;
     Unit& U = units_[u];
     if (!U.full.empty()) return;
-    if (ctx_.options.limit_all_gathers) {  // rate limiter: at most two gathers in flight
-      while (inflight_.size() >= 2) {
-        units_[inflight_.front()].gather.wait();
-        inflight_.pop_front();
-      }
+    // limit_all_gathers (torch 1.13.1 fully_sharded_data_parallel.py, _unshard and
+    // _FreeEventQueue.dequeue_if_needed): with two frees queued, the CPU waits for the oldest,
+    // the free event of the reshard two back; it never waits on an all-gather.
+    if (ctx_.options.limit_all_gathers && free_events_.size() >= 2) {
+      ctx_.device.wait_event(free_events_.front());
+      free_events_.pop_front();
     }
     U.full = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, U.shard.dtype(), U.flat.padded);
     // after this all-gather every rank of the shard group holds the unit's flat param whole
     U.gather = maybe_wait(ctx_.comm.all_gather_async(U.shard.data(), U.full.data(), U.shard.size(),
                                                      U.shard.dtype(), desc_.shard_group,
                                                      "unit" + std::to_string(u)));
-    inflight_.push_back(u);
   }
 
   void wait_gathered(int u) {
     Unit& U = units_[u];
     if (U.gather.valid()) U.gather.wait();
     U.gather = CommHandle();
-    std::erase(inflight_, u);
+  }
+
+  // _reshard: free the unit's unsharded flat param; with limit_all_gathers, record the free
+  // event on the compute stream and queue it (_FreeEventQueue.enqueue).
+  void reshard(Unit& U) {
+    U.full.reset();
+    if (ctx_.options.limit_all_gathers) free_events_.push_back(ctx_.device.record_event());
   }
 
   // Free the unsharded grads of units whose reduction has finished.
@@ -204,32 +214,19 @@ class Fsdp final : public Strategy {
       if (!all && !U.reduce.done()) break;
       U.reduce.wait();
       U.full_grad.reset();
-      if (!U.incoming.empty()) add_into(U.grad_shard, U.incoming);
+      if (!U.incoming.empty())
+        add_stored(ctx_.device, ctx_.memory, U.grad_shard.data(), U.incoming.data(),
+                   U.grad_shard.size(), U.grad_shard.dtype());
       U.incoming.reset();
       reducing_.pop_front();
     }
   }
 
-  // dst += src (same size and dtype), summed in fp32 and rounded once for bf16.
-  void add_into(TypedBuffer& dst, const TypedBuffer& src) {
-    const size_t n = dst.size();
-    if (dst.dtype() == DType::kF32) {
-      ctx_.device.add_inplace(static_cast<float*>(dst.data()),
-                              static_cast<const float*>(src.data()), n);
-      return;
-    }
-    TrackedBuffer<float> a(ctx_.memory, MemCategory::kWorkspace, n), b(ctx_.memory,
-                                                                       MemCategory::kWorkspace, n);
-    ctx_.device.bf16_to_f32(a.data(), static_cast<const uint16_t*>(dst.data()), n);
-    ctx_.device.bf16_to_f32(b.data(), static_cast<const uint16_t*>(src.data()), n);
-    ctx_.device.add_inplace(a.data(), b.data(), n);
-    ctx_.device.f32_to_bf16(static_cast<uint16_t*>(dst.data()), a.data(), n);
-  }
-
   StrategyDescription desc_;
   FsdpPlan plan_;
   std::vector<Unit> units_;
-  std::deque<int> inflight_, reducing_;
+  std::deque<int> reducing_;
+  std::deque<uint64_t> free_events_;  // limit_all_gathers: reshards' free events, oldest first
   bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "strategies/fsdp_plan.h"
+#include "strategies/grad_sum.h"
 #include "strategies/param_shards.h"
 #include "strategies/strategy.h"
 
@@ -98,10 +99,24 @@ class Fsdp2 final : public Strategy {
     G.full.reset();
   }
 
+  // Gradient accumulation. FSDP2 under set_requires_gradient_sync(False) on the non-final
+  // micro-batches (_fsdp_param_group.py, FSDPParamGroup.post_backward: `if not
+  // self.reduce_grads:` reshard and return, the unsharded grads kept): one reduce-scatter per
+  // step, Ψ_pad·b_g of unsharded grads held in between. MiCS as DeepSpeed's ZeRO-3 under it
+  // (stage3.py partition_grads: a reduce-scatter every micro-batch, added into the partition's
+  // grad; mics.py MiCS_Optimizer.allreduce_mics_shard_grads: the replica all-reduce only at
+  // is_gradient_accumulation_boundary()).
+  bool supports_grad_accum() const override { return true; }
+  void begin_micro_step(bool sync) override { sync_ = sync; }
+
   void on_post_backward(int m) override {
     const int u = plan_.unit_of_module[m];
     if (m != plan_.spans[u].last_bwd) return;
     Group& G = groups_[u];
+    if (!sync_ && spec_.rows) {  // FSDP2: keep the unsharded grads, reshard the params
+      G.full.reset();
+      return;
+    }
     // foreach_reduce: copy-in of the unsharded grads into one flat buffer, rank by rank
     G.reduce_in =
         TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, G.full_grad.dtype(), G.layout.padded());
@@ -109,13 +124,20 @@ class Fsdp2 final : public Strategy {
                   dtype_bytes(G.reduce_in.dtype()), 0, G.layout.shards, false);
     G.full_grad.reset();
     G.full.reset();  // the root too: resharded after backward
+    // MiCS: the shard's sum of earlier micro-batches goes into this rank's own block of the
+    // input, so the reduce-scatter returns it plus this micro-batch's sum over the partition.
+    if (G.holds_sum)
+      add_stored(ctx_.device, ctx_.memory,
+                 G.reduce_in.at(uint64_t(group_index(desc_.shard_group)) * G.chunk()),
+                 G.grad_shard.data(), G.chunk(), G.grad_shard.dtype());
+    G.holds_sum = true;
     const std::string tag = "group" + std::to_string(u);
     // after this reduce-scatter each rank holds its shard of the group's grads, summed over the
     // shard group
     G.reduce = maybe_wait(ctx_.comm.reduce_scatter_async(G.reduce_in.data(), G.grad_shard.data(),
                                                          G.chunk(), G.grad_shard.dtype(),
                                                          desc_.shard_group, tag));
-    if (desc_.replicate_across_nodes && group_size(spec_.replicas) > 1) {  // one: no replicas
+    if (sync_ && desc_.replicate_across_nodes && group_size(spec_.replicas) > 1) {
       // after this all-reduce (HSDP's replicate dim; MiCS_Optimizer.allreduce_mics_shard_grads)
       // the shard also sums every replica's
       G.reduce = maybe_wait(ctx_.comm.all_reduce_async(G.grad_shard.data(), G.chunk(),
@@ -128,12 +150,14 @@ class Fsdp2 final : public Strategy {
   void finish_backward() override { reap(true); }
 
   void optimizer_step(int step) override {
-    const float scale = 1.0f / float(world());
-    for (Group& G : groups_)
+    const float scale = mean_grad_scale();
+    for (Group& G : groups_) {
+      G.holds_sum = false;
       for (size_t i = 0; i < G.optims.size(); ++i) {
         const uint64_t at = G.layout.params[i].shard_off;
         G.optims[i]->step(G.shard.at(at), G.grad_shard.at(at), G.grad_shard.dtype(), scale, step);
       }
+    }
   }
 
   std::vector<float> gather_full_params() override {
@@ -176,6 +200,7 @@ class Fsdp2 final : public Strategy {
     std::vector<std::unique_ptr<ShardOptimizer>> optims;  // one per parameter
     TypedBuffer shard, grad_shard, full, full_grad, post_forward, gather_out, reduce_in;
     CommHandle gather_first, gather, reduce;  // gather_first: the two-level gather's first
+    bool holds_sum = false;  // grad_shard holds this step's reduced sum so far (MiCS)
     uint64_t chunk() const { return layout.chunk_total; }
   };
 
@@ -288,6 +313,7 @@ class Fsdp2 final : public Strategy {
   FsdpPlan plan_;
   int S_ = 1, post_forward_ = 1;
   bool hierarchical_ = false;
+  bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
   std::vector<Group> groups_;
   std::deque<int> reducing_;
 };

@@ -36,7 +36,7 @@ struct StrategyOptions {
   double bucket_mb = 25.0;               // DDP / ZeRO gradient bucket cap
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kPre;
   bool forward_prefetch = false;
-  bool limit_all_gathers = true;         // FSDP rate limiter: at most two in-flight gathers
+  bool limit_all_gathers = true;         // FSDP: wait on the free event two reshards back
   bool overlap = true;                   // async collectives; off = wait on each at once
   uint64_t prefetch_elements = 50'000'000;  // ZeRO-3 stage3_prefetch_bucket_size
   uint64_t persist_elements = 0;            // ZeRO-3 stage3_param_persistence_threshold
@@ -67,6 +67,15 @@ struct StrategyOptions {
   // FSDP under accumulation: true = no_sync() (unsharded grads kept, one reduce-scatter); false
   // = reduce-scatter every micro-batch and accumulate the shards (_saved_grad_shard).
   bool fsdp_no_sync = true;
+  // FSDP use_orig_params=True (torch >= 2.0, _flat_param.py): every original tensor starts
+  // 16-byte aligned inside its unit's FlatParameter (padding before it).
+  bool fsdp_use_orig_params = false;
+  // --fsdp-config FILE (bench/cli/fsdp_config.h): the file, the fsdp_* strategy its
+  // sharding_strategy selects, and its keys accepted but not modelled.
+  struct FsdpConfig {
+    std::string file, strategy;
+    std::vector<std::string> ignored;
+  } fsdp_config;
 
   DType param_dtype() const { return precision == Precision::kFp32 ? DType::kF32 : DType::kBF16; }
   DType grad_dtype() const { return param_dtype(); }

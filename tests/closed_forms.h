@@ -36,11 +36,17 @@ inline double ddp_param_bytes(Precision p, bool bf16_params) {
 // (embeddings, the final LayerNorm, the tied head: segments 0 and L + 1). Each unit's flat
 // buffer is padded to a multiple of the shard group S, so Ψ_pad = Σ_units round_up(ψ_u, S).
 // Returns {Ψ_pad, the root unit's padded size}.
-inline std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t S) {
+// With use_orig_params (align = 16 bytes / b_p elements) each tensor of a unit first rounds the
+// unit's running length up to a multiple of align (padding before it; _flat_param.py
+// _init_flat_param_and_metadata), then the unit pads to S as before.
+inline std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t S,
+                                                 uint64_t align = 1) {
   std::map<int, uint64_t> unit;  // 0 = root, b + 1 = block b
   const int L = l.config.n_layer;
-  for (const auto& t : l.tensors)
-    unit[(t.segment == 0 || t.segment == L + 1) ? 0 : t.segment] += t.numel;
+  for (const auto& t : l.tensors) {  // layout order: a unit's tensors in flat order
+    uint64_t& n = unit[(t.segment == 0 || t.segment == L + 1) ? 0 : t.segment];
+    n = round_up(n, align) + t.numel;
+  }
   uint64_t all = 0;
   for (auto& [u, n] : unit) all += round_up(n, S);
   return {all, round_up(unit[0], S)};

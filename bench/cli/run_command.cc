@@ -19,6 +19,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 
 #include "bench/cli/output_path.h"
 #include "bench/cli/ds_config.h"
+#include "bench/cli/fsdp_config.h"
 #include "bench/cli/peak_calibration.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
@@ -250,11 +251,17 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   Ledger ledger;
   if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
   Communicator comm(topo, std::move(backend), ledger);
-  const std::vector<std::string> names =
+  std::vector<std::string> names =
       a.ds_config.empty() ? parse_strategy_list(a.strategies)
                           : ds_config_strategies(cfg.ds_config_stage,
                                                  parse_strategy_list(a.strategies),
                                                  a.strategies == "all");
+  if (!a.fsdp_config.empty())
+    names = fsdp_config_strategies(cfg.options.fsdp_config.strategy,
+                                   a.strategies == "all" && a.ds_config.empty()
+                                       ? std::vector<std::string>{}
+                                       : names,
+                                   a.strategies == "all");
   const int tokens =
       topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
   if (root && !a.quiet)

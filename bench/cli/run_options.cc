@@ -11,6 +11,7 @@
 
 #include "bench/cli/ds_config.h"
 #include "bench/cli/ddp_config.h"
+#include "bench/cli/fsdp_config.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
 
@@ -81,6 +82,12 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_option("--ddp-config", a.ddp_config,
                   "JSON of DistributedDataParallel arguments for ddp (README: DDP as shipped)");
+  app->add_option("--fsdp-config", a.fsdp_config,
+                  "JSON of FullyShardedDataParallel arguments: configures the fsdp_* strategy it "
+                  "selects as FSDP would (README: FSDP as shipped)");
+  app->add_option("--fsdp-use-orig-params", a.fsdp_use_orig_params,
+                  "FSDP use_orig_params: on = each tensor 16-byte aligned in the FlatParameter")
+      ->capture_default_str();
   app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
       ->capture_default_str();
@@ -285,6 +292,14 @@ RunConfig to_run_config(const RunArgs& a) {
   o.grad_accum = a.grad_accum;
   o.fsdp_no_sync = a.fsdp_no_sync == "on";
   if (!a.ddp_config.empty()) parse_ddp_config(a.ddp_config, o.ddp);
+  require(a.fsdp_use_orig_params == "on" || a.fsdp_use_orig_params == "off",
+          "--fsdp-use-orig-params", a.fsdp_use_orig_params, "on|off");
+  o.fsdp_use_orig_params = a.fsdp_use_orig_params == "on";
+  if (!a.fsdp_config.empty()) {  // the file's FSDP defaults replace the flags'
+    read_fsdp_config(a.fsdp_config, o);
+    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
+      fsdp_config_strategies(o.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
+  }
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
@@ -298,6 +313,10 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
           "shipped with --ds-config (the file configures DeepSpeed as shipped)");
   const DsConfig d = read_ds_config(a.ds_config, c);
+  if (!a.fsdp_config.empty() && d.applied.options.precision != o.precision)
+    throw UsageError(fmt::format("--fsdp-config {}: its mixed_precision disagrees with the "
+                                 "--ds-config file's bf16; allowed: the same precision in both",
+                                 a.fsdp_config));
   // the file's stage against --strategies, checked here: before any rank starts
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   return d.applied;

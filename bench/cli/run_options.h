@@ -45,6 +45,8 @@ struct RunArgs {
   int grad_accum = 1;      // --grad-accum K
   std::string fsdp_no_sync = "on";
   std::string ddp_config;  // --ddp-config FILE (bench/cli/ddp_config.h)
+  std::string fsdp_config;  // --fsdp-config FILE (bench/cli/fsdp_config.h)
+  std::string fsdp_use_orig_params = "off";
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
   int seq = 0;  // tokens per sample; 0 = the model's context

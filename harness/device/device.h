@@ -28,6 +28,11 @@ class Device {
   virtual bool is_host() const = 0;
   virtual RawAllocator allocator() = 0;       // zero-filled allocations of this device
   virtual void synchronize() {}
+  // A marker of the work issued to this device so far (torch.cuda.Event().record()) and a host
+  // wait for it (event.synchronize()). A device that runs each call before returning has
+  // finished it at record time: 0 and a no-op.
+  virtual uint64_t record_event() { return 0; }
+  virtual void wait_event(uint64_t event) {}
   // False for the predictor's simulated device: its allocations are sizes only (no memory
   // behind them) and its kernels touch no data, so nothing may be read or initialised.
   virtual bool holds_data() const { return true; }

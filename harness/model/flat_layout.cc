@@ -8,10 +8,11 @@
 namespace sb {
 
 FlatLayout FlatLayout::build(const ModelLayout& model, const std::vector<int>& tensors,
-                             uint64_t pad_multiple) {
-  SB_CHECK(pad_multiple >= 1, "pad multiple must be positive");
+                             uint64_t pad_multiple, uint64_t align) {
+  SB_CHECK(pad_multiple >= 1 && align >= 1, "pad multiple and alignment must be positive");
   FlatLayout f;
   for (int t : tensors) {
+    f.numel = (f.numel + align - 1) / align * align;
     f.slots.push_back({t, f.numel, model.tensors[t].numel});
     f.numel += model.tensors[t].numel;
   }

@@ -18,11 +18,13 @@ struct FlatSlot {
 
 struct FlatLayout {
   std::vector<FlatSlot> slots;
-  uint64_t numel = 0;   // sum of the tensors (unpadded)
+  uint64_t numel = 0;   // the tensors and the alignment padding between them
   uint64_t padded = 0;  // numel rounded up to a multiple of the shard count
 
+  // align > 1: each tensor starts at a multiple of `align` elements, padding before it
+  // (FSDP's use_orig_params: 16-byte addresses).
   static FlatLayout build(const ModelLayout& model, const std::vector<int>& tensors,
-                          uint64_t pad_multiple);
+                          uint64_t pad_multiple, uint64_t align = 1);
   uint64_t shard_size(int shards) const { return padded / uint64_t(shards); }
   const FlatSlot* find(int tensor) const;
 

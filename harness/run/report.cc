@@ -116,6 +116,9 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"batch_per_rank", cfg.batch_per_rank},
       {"grad_accum", o.grad_accum},  // micro-batches per step: global batch N·batch·K
       {"fsdp_no_sync", o.fsdp_no_sync},  // FSDP's accumulation: no_sync() or reduce every one
+      {"fsdp_use_orig_params", o.fsdp_use_orig_params},  // 16-byte aligned tensors
+      {"fsdp_config", o.fsdp_config.file},  // --fsdp-config FILE ("" if none)
+      {"fsdp_config_ignored", o.fsdp_config.ignored},  // its keys accepted but not modelled
       {"seq_len", m.seq_len},
       {"precision", precision_name(o.precision)},
       // What the matmuls computed in: bf16-mixed asks for bf16 (trainer.cc); only the CUDA

@@ -10,6 +10,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ds_configs")
+FS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_configs")
 
 # (arguments after `shardbench`, text the message must contain)
 CASES = [
@@ -95,6 +96,20 @@ CASES = [
       "ddp,zero3"], "--strategies zero3"),
     (["run", "--model", "tiny", "--ds-config", f"{DS}/zero2_shipped.json", "--zero-schedule",
       "paper"], "--zero-schedule"),
+    (["run", "--model", "tiny", "--fsdp-use-orig-params", "yes"], "--fsdp-use-orig-params"),
+    (["run", "--model", "tiny", "--fsdp-config", "/nonexistent/fsdp.json"], "--fsdp-config"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/bad_unknown_key.json"],
+     "unknown key limit_all_gather"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/bad_reduce_dtype.json"],
+     "key mixed_precision.reduce_dtype"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/bad_no_shard.json"],
+     "key sharding_strategy"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/bad_prefetch.json"],
+     "key backward_prefetch"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/bad_cpu_offload.json"],
+     "key cpu_offload"),
+    (["run", "--model", "tiny", "--fsdp-config", f"{FS}/hybrid_bf16_post.json", "--strategies",
+      "ddp,fsdp_full_shard"], "--strategies fsdp_full_shard"),
     (["predict", "--model", "tiny", "--zero-schedule", "ideal"], "--zero-schedule"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),

@@ -131,6 +131,43 @@ class RunTest(unittest.TestCase):
         self.assertEqual((r["strategy"], r["status"]), ("zero1", "ok"), r.get("error"))
         self.assertEqual(r["comm"]["per_step"]["collectives"], 2)
 
+    def run_fsdp_config(self, name, *extra):
+        """One tiny 2-rank step configured by tests/cli/fsdp_configs/NAME: (its path, doc)."""
+        cfg = os.path.join(ROOT, "tests", "cli", "fsdp_configs", name)
+        out = os.path.join(self.tmp, "fsdp-" + name)
+        p = sb("run", "--np", "2", "--ranks-per-node", "1", "--model", "tiny", "--fsdp-config",
+               cfg, "--steps", "1", "--warmup", "0", "--out", out, "--quiet", *extra)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        v = validate(out)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        return cfg, load(out)
+
+    def test_fsdp_config_configures_fsdp_as_pytorch_would(self):
+        # HYBRID_SHARD selects fsdp_hybrid_shard; its knobs land in the run's config; keys
+        # accepted but not modelled are listed as ignored.
+        cfg, doc = self.run_fsdp_config("hybrid_bf16_post.json")
+        c = doc["config"]
+        self.assertEqual([r["strategy"] for r in doc["results"]], ["fsdp_hybrid_shard"])
+        self.assertEqual(doc["results"][0]["status"], "ok", doc["results"][0].get("error"))
+        self.assertEqual((c["precision"], c["backward_prefetch"], c["forward_prefetch"],
+                          c["limit_all_gathers"], c["fsdp_use_orig_params"]),
+                         ("bf16-mixed", "post", True, True, True))
+        self.assertEqual(c["fsdp_config"], cfg)
+        self.assertEqual(sorted(c["fsdp_config_ignored"]),
+                         ["device_id", "mixed_precision.buffer_dtype", "sync_module_states"])
+
+    def test_fsdp_config_defaults_are_fsdps_not_the_flags(self):
+        # An empty file is FullyShardedDataParallel's defaults (torch 1.13.1): FULL_SHARD, no
+        # backward prefetch, no rate limiter, fp32, whatever the flags said; other listed
+        # strategies still run.
+        _, doc = self.run_fsdp_config("defaults.json", "--strategies", "ddp,fsdp_full_shard",
+                                      "--precision", "bf16-mixed")
+        c = doc["config"]
+        self.assertEqual([r["strategy"] for r in doc["results"]], ["ddp", "fsdp_full_shard"])
+        self.assertEqual((c["precision"], c["backward_prefetch"], c["limit_all_gathers"],
+                          c["fsdp_use_orig_params"], c["fsdp_config_ignored"]),
+                         ("fp32", "none", False, False, []))
+
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)
         sums = [r["param_checksum"] for r in doc["results"]]

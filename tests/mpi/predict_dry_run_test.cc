@@ -100,6 +100,21 @@ std::vector<Knobs> knob_cases() {
          c.options.fsdp_no_sync = false;
          c.options.precision = Precision::kBf16Mixed;
        }},
+      {"fsdp_orig_params_bf16",  // use_orig_params: every tensor 16-byte aligned
+       [](RunConfig& c) {
+         c.options.fsdp_use_orig_params = true;
+         c.options.precision = Precision::kBf16Mixed;
+       },
+       "fsdp_"},
+      {"fsdp2_accum_k2",  // set_requires_gradient_sync(False) on the first micro-batch
+       [](RunConfig& c) { c.options.grad_accum = 2; },
+       "fsdp2"},
+      {"mics_accum_k3_bf16",  // a reduce-scatter every micro-batch, the replica all-reduce once
+       [](RunConfig& c) {
+         c.options.grad_accum = 3;
+         c.options.precision = Precision::kBf16Mixed;
+       },
+       "mics"},
       {"ddp_bf16_params",
        [](RunConfig& c) {
          c.options.precision = Precision::kBf16Mixed;

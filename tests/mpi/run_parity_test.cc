@@ -170,6 +170,7 @@ TEST(ParityKnobs, OverlapPrefetchAndWrapDoNotChangeTheMath) {
       {"fsdp2", "reshard to the node, prefetch 2", [](RunConfig& c) { c.options.fsdp2_reshard_after_forward = run_env().topo.ranks_per_node(); c.options.fsdp2_prefetch = 2; }},
       {"fsdp2", "no reshard, no prefetch, every-2", [](RunConfig& c) { c.options.fsdp2_reshard_after_forward = 0; c.options.fsdp2_prefetch = 0; c.options.wrap = "every-2"; }},
       {"fsdp2_hsdp", "wrap model, overlap off", [](RunConfig& c) { c.options.wrap = "model"; c.options.overlap = false; }},
+      {"fsdp_hybrid_shard", "use_orig_params, post prefetch", [](RunConfig& c) { c.options.fsdp_use_orig_params = true; c.options.backward_prefetch = BackwardPrefetch::kPost; }},
   };
   const Topology& t = run_env().topo;
   std::vector<Variant> all = variants;

@@ -68,6 +68,7 @@ CudaDevice::CudaDevice(int device_index) : index_(device_index) {
 CudaDevice::~CudaDevice() {
   // No checks here: at process exit the driver may already be shutting down.
   cudaStreamSynchronize(stream_);
+  for (auto& [id, e] : events_) cudaEventDestroy(e);
   for (auto& slot : operand_) slot.reset();  // into the workspace tracker, which must be alive
   cache_.reset();  // cudaFree of the cached blocks; live ones are their owners' (none by now)
   if (scratch_ != nullptr) cudaFree(scratch_);
@@ -97,6 +98,22 @@ void CudaDevice::trim_memory() {
 }
 
 void CudaDevice::synchronize() { SB_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+uint64_t CudaDevice::record_event() {
+  cudaEvent_t e = nullptr;
+  SB_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  SB_CUDA_CHECK(cudaEventRecord(e, stream_));
+  events_[next_event_] = e;
+  return next_event_++;
+}
+
+void CudaDevice::wait_event(uint64_t event) {
+  const auto it = events_.find(event);
+  if (it == events_.end()) return;  // waited for already
+  SB_CUDA_CHECK(cudaEventSynchronize(it->second));
+  SB_CUDA_CHECK(cudaEventDestroy(it->second));
+  events_.erase(it);
+}
 
 void CudaDevice::copy_to_device(void* dst, const void* src, size_t bytes) {
   SB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));

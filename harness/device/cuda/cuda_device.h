@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "harness/common/dtype.h"
@@ -44,6 +45,8 @@ class CudaDevice : public Device {
   void reset_memory_peak() override { cache_->reset_peak(); }
   const CachingAllocator& cache() const { return *cache_; }
   void synchronize() override;
+  uint64_t record_event() override;
+  void wait_event(uint64_t event) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
@@ -107,6 +110,8 @@ class CudaDevice : public Device {
   std::string name_;
   bool allow_tf32_ = false;
   cudaStream_t stream_ = nullptr;
+  std::map<uint64_t, cudaEvent_t> events_;  // recorded, not yet waited for
+  uint64_t next_event_ = 1;
   cublasHandle_t cublas_ = nullptr;
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
