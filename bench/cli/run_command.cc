@@ -152,8 +152,7 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
   fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10} {:>6} {:>6}  {}\n", "strategy",
              "tokens/s", "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "MFU", "HFU",
              "status");
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const StrategyRun& r = runs[i];
+  for (const StrategyRun& r : runs) {
     if (r.status != "ok") {
       fmt::print("{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10} {:>6} {:>6}  {}: {}\n",
                  r.strategy, "-", "-", "-", "-", "-", "-", "-", "-", r.status,
@@ -161,7 +160,12 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
       continue;
     }
     const double med = median(r.step_time_s);
-    const nlohmann::json& tp = results[i]["throughput"];
+    // this run's result (results also holds the strategies --resume kept, which runs does not)
+    const auto it = std::find_if(results.begin(), results.end(), [&](const nlohmann::json& j) {
+      return j.value("strategy", "") == r.strategy;
+    });
+    const nlohmann::json tp = it != results.end() ? it->value("throughput", nlohmann::json::object())
+                                                  : nlohmann::json::object();
     fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f} {:>5.1f}% {:>5.1f}%  ok\n",
                r.strategy, tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
                mib(r.sent_inter_all), median(r.exposed_s), 100 * tp.value("mfu", 0.0),

@@ -15,7 +15,9 @@ namespace sb {
 
 // "none" -> 0, "block" -> 1, "every-K" -> K (1 <= K <= n_layer): block l (0-based) is
 // checkpointed when (l + 1) % K == 0, as torchtitan's selective_ac_option "K" wraps every K-th
-// transformer block. Throws std::invalid_argument naming --activation-checkpointing.
+// transformer block (torchtitan/distributed/activation_checkpoint.py _apply_layer_sac: a layer
+// counter from 1, checkpoint_wrapper when count % K == 0). Throws std::invalid_argument naming
+// --activation-checkpointing.
 int parse_activation_checkpointing(std::string_view s, int n_layer);
 std::string activation_checkpointing_name(int every);
 bool is_checkpointed(const GptConfig& c, int layer);
