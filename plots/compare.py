@@ -253,7 +253,10 @@ def least_disturbed(doc, repeats):
 
 def model_with_context(model):
     if isinstance(model, dict) and "context" not in model and "seq_len" in model:
-        return dict(model, context=model["seq_len"])
+        model = dict(model, context=model["seq_len"])
+    # files before --activation-checkpointing ran without it
+    if isinstance(model, dict) and "activation_checkpointing" not in model:
+        model = dict(model, activation_checkpointing="none")
     return model
 
 

@@ -83,6 +83,16 @@ class Fsdp final : public Strategy {
     wait_gathered(u);
   }
 
+  // Activation checkpointing as FSDP(checkpoint_wrapper(block)) (torch 1.13.1): the recompute
+  // (torch/utils/checkpoint.py, the saved tensors' unpack in backward) calls the wrapped
+  // block's forward, not FullyShardedDataParallel.forward, and runs after the unit's
+  // _pre_backward_hook (registered on the unit's outputs) has unsharded it: one gather serves
+  // the recompute and the backward, and nothing is resharded in between.
+  void on_pre_recompute(int m) override {
+    on_pre_backward(plan_.spans[plan_.unit_of_module[m]].first_bwd);
+  }
+  void on_post_recompute(int) override {}
+
   // Gradient accumulation as FullyShardedDataParallel.no_sync() (torch 1.13.1,
   // fully_sharded_data_parallel.py, _post_backward_hook returns before the reduce-scatter when
   // not _sync_gradients): units reshard as usual, each unit's unsharded gradient is kept

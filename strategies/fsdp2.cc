@@ -81,6 +81,22 @@ class Fsdp2 final : public Strategy {
     unshard(m, -1, plan_.spans[plan_.unit_of_module[m]].first_bwd);
   }
 
+  // Activation checkpointing. FSDP2: FSDPState._pre_forward and _post_forward
+  // (_fully_shard/_fsdp_state.py) return at once in PRE_BACKWARD ("the pre-backward hook is
+  // responsible for the unshard"), so the recompute runs inside the group's backward unshard.
+  // MiCS runs DeepSpeed's ZeRO-3 module hooks, which fire again on the recompute: the group is
+  // gathered for it (the trace's next module is its own backward: no forward prefetch) and
+  // released after, as after any forward, then gathered again for backward.
+  void on_pre_recompute(int m) override {
+    const int u = plan_.unit_of_module[m];
+    if (spec_.rows) return on_pre_backward(plan_.spans[u].first_bwd);
+    all_gather(u);
+    wait_unsharded(u);
+  }
+  void on_post_recompute(int m) override {
+    if (!spec_.rows) on_post_forward(m);
+  }
+
   void on_post_forward(int m) override {
     const int u = plan_.unit_of_module[m];
     if (m != plan_.spans[u].last_fwd || u == plan_.root || post_forward_ == 1) return;

@@ -137,6 +137,11 @@ class Strategy : public ModelHooks {
     views_.release_params();
     on_post_forward(m);
   }
+  void pre_recompute(int m) final { on_pre_recompute(m); }
+  void post_recompute(int m) final {
+    views_.release_params();
+    on_post_recompute(m);
+  }
   void pre_backward(int m) final { on_pre_backward(m); }
   void post_backward(int m) final {
     views_.flush_grads();
@@ -155,6 +160,10 @@ class Strategy : public ModelHooks {
  protected:
   virtual void on_pre_forward(int m) {}
   virtual void on_post_forward(int m) {}
+  // Activation checkpointing's recompute of module m inside backward: the forward hooks fire
+  // again unless a strategy says otherwise (see ModelHooks::pre_recompute).
+  virtual void on_pre_recompute(int m) { on_pre_forward(m); }
+  virtual void on_post_recompute(int m) { on_post_forward(m); }
   virtual void on_pre_backward(int m) {}
   virtual void on_post_backward(int m) {}
   // Where the full tensor t is right now (must be materialised), in the stored dtype.

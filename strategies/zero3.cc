@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 
+#include "harness/model/checkpointing.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -56,9 +57,11 @@ class Zero3 final : public Strategy {
       if (persistent_[t])
         full_[t] = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), flats_[t].padded);
     }
-    // Execution order of (module, pass) for prefetching: forward, then backward reversed.
-    for (size_t m = 0; m < ctx_.model.modules.size(); ++m) exec_.push_back(int(m));
-    for (int m = int(ctx_.model.modules.size()) - 1; m >= 0; --m) exec_.push_back(m);
+    // Execution order of (module, pass) for prefetching, as DeepSpeed's trace records it:
+    // forward, then backward reversed, with a checkpointed block's recompute before its
+    // backward (CheckpointFunction.backward runs the block's forward: parameter_offload.py's
+    // _pre_forward_module_hook records, fetches and, after it, releases its modules again).
+    for (const ModuleVisit& v : step_visits(ctx_.model)) exec_.push_back(v.module);
     plan_releases();
     refresh_persistent();
   }

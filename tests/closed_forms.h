@@ -52,6 +52,13 @@ inline std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t 
   return {all, round_up(unit[0], S)};
 }
 
+// Activation checkpointing (l.config.checkpoint_every = K; 0 none, 1 block): block b (segment
+// b + 1) is recomputed in backward when (b + 1) % K == 0 — torchtitan's every K-th block.
+inline bool recomputed_segment(const ModelLayout& l, int segment) {
+  const int K = l.config.checkpoint_every, L = l.config.n_layer;
+  return K > 0 && segment >= 1 && segment <= L && segment % K == 0;
+}
+
 // FSDP2 (fully_shard) pads each parameter on its own: dim 0 (rows) is chunked over the shard group
 // S and every chunk padded to the first's size (torch.chunk), so a tensor of `rows` rows of
 // `row` elements takes ceil(rows / S)·S·row elements. MiCS (DeepSpeed ZeRO-3 partitioning)
@@ -135,6 +142,18 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 //   2·uses_t. Distances between 0 and 2Ψ have no closed form here (the parity and predictor
 //   tests run them).
 //   Persistence is DeepSpeed's <= (partition_parameters.py _convert_to_deepspeed_param).
+//   Activation checkpointing: the recompute runs the block's forward inside backward, and
+//   DeepSpeed's module hooks fire on it as on any forward (checkpointing.py
+//   CheckpointFunction.backward -> run_function; parameter_offload.py's forward pre/post hooks:
+//   fetch_sub_module, release_sub_module). Paper schedule: a non-persistent tensor of a
+//   recomputed block was released after its forward and is released again after the recompute,
+//   so it is gathered 2·uses_t + 1 times. Shipped (distance >= the trace, now 2Ψ + the
+//   recomputed blocks' elements): still once. MiCS (the same hooks over its partition groups):
+//   a recomputed block's group is gathered a third time, +(P-1)/P·Σ_recomputed ψ_t,pad·b_p.
+//   FSDP and FSDP2 do not change: the recompute runs inside the unit's pre-backward unshard
+//   (FSDP 1.13.1: FSDP(checkpoint_wrapper(block)) recomputes the wrapped block, not
+//   FSDP.forward; FSDP2: FSDPState._pre_forward returns in PRE_BACKWARD), nor do DDP and
+//   ZeRO-1/2, which hold whole parameters and reduce the same gradients.
 // - FULL_SHARD gathers every unit in forward and again in backward except the root unit, which
 //   stays gathered (as PyTorch FSDP's root): (S-1)/S·((2Ψ_pad − Ψ_root)·b_p + Ψ_pad·b_g).
 //   SHARD_GRAD_OP keeps units gathered from forward through backward: (S-1)/S·Ψ_pad·(b_p + b_g).
@@ -160,7 +179,10 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 inline Bytes mics_bytes(const ModelLayout& l, double bp, double bg, double N, double G, double P,
                         bool hierarchical) {
   const auto [pad, root] = fsdp2_padded(l, uint64_t(P), false);
-  const double R = N / P, gathered = (2.0 * double(pad) - double(root)) * bp;
+  double recomputed = 0;  // activation checkpointing's third gather of a block's group
+  for (const auto& t : l.tensors)
+    if (recomputed_segment(l, t.segment)) recomputed += double(round_up(t.numel, uint64_t(P)));
+  const double R = N / P, gathered = (2.0 * double(pad) - double(root) + recomputed) * bp;
   const double part_out = leaving_hops(N, G, P, R, 1, P);   // partition rings
   const double repl_out = leaving_hops(N, G, R, P, P, 1);   // replica rings
   const double rs = (P - 1) / P * double(pad) * bg, ar = 2 * (R - 1) / R * double(pad) / P * bg;
@@ -202,13 +224,17 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
   }
   if (s == "zero3") {
     const std::vector<int> uses = l.uses_per_pass();
-    const bool once = reuse_distance >= 2 * l.num_params();
+    uint64_t trace = 2 * l.num_params();  // elements of the recorded trace
+    for (const auto& t : l.tensors)
+      if (recomputed_segment(l, t.segment)) trace += t.numel;
+    const bool once = reuse_distance >= trace;
     if (!once && reuse_distance != 0) throw std::invalid_argument("no closed form: reuse distance");
     double sum = 0;
     for (size_t t = 0; t < l.tensors.size(); ++t) {
       const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
       const bool persist = l.tensors[t].numel <= persist_elements;
-      sum += pad * (bg + (persist ? bp : (once ? 1.0 : 2.0 * uses[t]) * bp));
+      const double gathers = 2.0 * uses[t] + (recomputed_segment(l, l.tensors[t].segment) ? 1 : 0);
+      sum += pad * (bg + (persist ? bp : (once ? 1.0 : gathers) * bp));
     }
     return world_ring((N - 1) / N * sum);
   }

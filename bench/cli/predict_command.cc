@@ -11,6 +11,7 @@
 
 #include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
+#include "harness/model/checkpointing.h"
 #include "harness/predict/predict.h"
 #include "harness/run/report.h"
 
@@ -42,6 +43,7 @@ struct PredictArgs {
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
+  std::string activation_checkpointing = "none";
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -59,11 +61,15 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   PredictConfig cfg;
   try {
     if (a.params > 0) {
+      if (a.activation_checkpointing != "none")
+        throw std::invalid_argument("--activation-checkpointing " + a.activation_checkpointing +
+                                    ": needs --model (a bare --params count has no blocks)");
       cfg.model = bare_shape(a.params, a.seq > 0 ? a.seq : 2048);
     } else {
       GptConfig c = parse_predict_model(a.model);
       c.tied_head = !a.untied_head;
       c.attention = parse_attention(a.attention);
+      c.checkpoint_every = parse_activation_checkpointing(a.activation_checkpointing, c.n_layer);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
       cfg.model = model_shape(c);
     }
@@ -151,20 +157,20 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
     return fmt::format("{:.2f}", bytes / double(mib ? 1ull << 20 : 1ull << 30));
   };
   fmt::print(
-      "\n{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>12} {:>5}\n",
+      "\n{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>12} {:>5} {:>5}\n",
       "strategy", "fits", fmt::format("peak {}", u), fmt::format("state {}", u),
       fmt::format("act {}", u), "gathered", "commbuf", "intra MiB", "inter MiB", "comm s", "step s",
-      "tokens/s", "MFU");
+      "tokens/s", "MFU", "HFU");
   for (const Prediction& p : ps) {
     const double state = double(p.state_params + p.state_grads + p.state_optimizer);
     fmt::print(
         "{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>9.4f} {:>9.4f} "
-        "{:>12.0f} {:>5.2f}\n",
+        "{:>12.0f} {:>5.2f} {:>5.2f}\n",
         p.strategy, p.fits ? "yes" : "NO", mem(double(p.peak)), mem(state),
         mem(double(p.activations)), mem(double(p.at_peak[int(MemCategory::kGatheredParams)])),
         mem(double(p.at_peak[int(MemCategory::kCommBuffers)])),
         double(p.traffic.max_rank_intra) / (1 << 20), double(p.traffic.max_rank_inter) / (1 << 20),
-        p.comm_s, p.step_s, p.tokens_per_s, p.mfu);
+        p.comm_s, p.step_s, p.tokens_per_s, p.mfu, p.hfu);
   }
   fmt::print(
       "(per rank per step: memory at the peak ({}), bytes sent by the busiest rank per hop class; "
@@ -248,6 +254,9 @@ void add_predict_command(CLI::App& app) {
   p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
   p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
+      ->capture_default_str();
+  p->add_option("--activation-checkpointing", a.activation_checkpointing,
+                "none | block | every-K (recompute checkpointed blocks in backward)")
       ->capture_default_str();
   p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
       ->capture_default_str();

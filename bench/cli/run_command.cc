@@ -147,21 +147,33 @@ void print_phase_table(const std::vector<StrategyRun>& runs) {
              "in collectives; overlap: busy time hidden behind compute)\n");
 }
 
-void print_table(const std::vector<StrategyRun>& runs, int tokens_per_step) {
-  fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}\n", "strategy", "tokens/s",
-             "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "status");
-  for (const auto& r : runs) {
+// MFU counts the model's FLOPs, HFU also activation checkpointing's recomputed forwards.
+void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohmann::json>& results,
+                 int tokens_per_step) {
+  fmt::print("\n{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10} {:>6} {:>6}  {}\n", "strategy",
+             "tokens/s", "step s", "peak MiB", "intra MiB", "inter MiB", "exposed s", "MFU", "HFU",
+             "status");
+  for (const StrategyRun& r : runs) {
     if (r.status != "ok") {
-      fmt::print("{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10}  {}: {}\n", r.strategy, "-", "-",
-                 "-", "-", "-", "-", r.status, r.error.substr(0, 100));
+      fmt::print("{:<26} {:>12} {:>10} {:>10} {:>11} {:>11} {:>10} {:>6} {:>6}  {}: {}\n",
+                 r.strategy, "-", "-", "-", "-", "-", "-", "-", "-", r.status,
+                 r.error.substr(0, 100));
       continue;
     }
     const double med = median(r.step_time_s);
-    fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f}  ok\n", r.strategy,
-               tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
-               mib(r.sent_inter_all), median(r.exposed_s));
+    // this run's result (results also holds the strategies --resume kept, which runs does not)
+    const auto it = std::find_if(results.begin(), results.end(), [&](const nlohmann::json& j) {
+      return j.value("strategy", "") == r.strategy;
+    });
+    const nlohmann::json tp = it != results.end() ? it->value("throughput", nlohmann::json::object())
+                                                  : nlohmann::json::object();
+    fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f} {:>5.1f}% {:>5.1f}%  ok\n",
+               r.strategy, tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
+               mib(r.sent_inter_all), median(r.exposed_s), 100 * tp.value("mfu", 0.0),
+               100 * tp.value("hfu", 0.0));
   }
-  fmt::print("(intra/inter: bytes sent per step summed over ranks; peak: max over ranks)\n");
+  fmt::print("(intra/inter: bytes sent per step summed over ranks; peak: max over ranks; MFU: "
+             "model FLOPs, HFU: + recomputed forwards)\n");
   print_phase_table(runs);
 }
 
@@ -332,7 +344,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     runs.push_back(std::move(run));
   }
   if (root) {  // --quiet drops the progress lines, never the table
-    print_table(runs, tokens);
+    print_table(runs, results, tokens);
     fmt::print("results: {}\n", a.out);
   }
   // Exit 1 when no strategy ended ok (all oom/error): the file records why, but a script

@@ -12,6 +12,7 @@
 #include "bench/cli/ds_config.h"
 #include "bench/cli/ddp_config.h"
 #include "bench/cli/fsdp_config.h"
+#include "harness/model/checkpointing.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
 
@@ -101,6 +102,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--attention", a.attention,
                   "naive (stores the TxT probabilities) | fused (FlashAttention: row log-sum-exp)")
       ->capture_default_str();
+  app->add_option("--activation-checkpointing", a.activation_checkpointing,
+                  "none | block | every-K: keep only a checkpointed block's input, recompute "
+                  "its forward in backward (every K-th block)")
+      ->capture_default_str();
   app->add_flag("--quiet", a.quiet, "No progress lines (the table is still printed)");
   app->add_option("--timeout-s", a.timeout_s,
                   "Watchdog: abort the job when a collective waits longer than this (s)")
@@ -178,6 +183,8 @@ RunConfig to_run_config(const RunArgs& a) {
   c.model.tied_head = !a.untied_head;
   try {
     c.model.attention = parse_attention(a.attention);
+    c.model.checkpoint_every =
+        parse_activation_checkpointing(a.activation_checkpointing, c.model.n_layer);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }

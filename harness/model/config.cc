@@ -57,6 +57,11 @@ void validate(const GptConfig& c) {
                                 ": longer than the model's context T=" +
                                 std::to_string(c.context) + " of --model " + c.name);
   if (c.vocab < 2 || c.vocab > 1 << 24) bad("vocabulary V must be in 2..16777216");
+  if (c.checkpoint_every < 0 || c.checkpoint_every > c.n_layer)
+    throw std::invalid_argument("--activation-checkpointing every-" +
+                                std::to_string(c.checkpoint_every) + ": K must be in 1.." +
+                                std::to_string(c.n_layer) + " (the layers of --model " + c.name +
+                                ")");
 }
 
 GptConfig parse_model(std::string_view spec) {

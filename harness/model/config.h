@@ -30,6 +30,7 @@ struct GptConfig {
                         // seq_len = S <= context = the preset's T.
   bool tied_head = true;  // LM head shares the token embedding (GPT-2)
   AttentionKind attention = AttentionKind::kFused;  // --attention
+  int checkpoint_every = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
   int positions() const { return context > 0 ? context : seq_len; }
 };
 

@@ -4,6 +4,7 @@
 #include "harness/model/gpt.h"
 
 #include "harness/common/check.h"
+#include "harness/model/checkpointing.h"
 
 namespace sb {
 namespace {
@@ -36,7 +37,8 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
   backward ? hooks.post_backward(m) : hooks.post_forward(m);
 }
 
-// One per-layer tensor saved for backward, [L, n]. In fp32 it is the slices of one fp32 buffer.
+// One per-layer tensor saved for backward, [S, n]: layer l lives in slot slots[l] (S = L, or
+// fewer when checkpointed blocks share one). In fp32 it is the slices of one fp32 buffer.
 // Under bf16-mixed it is a tensor autocast keeps in bf16 (a matmul's output, or the bf16 copy
 // autocast makes of a matmul's input): layer l computes in one layer of fp32 work, store()
 // rounds the work into layer l's bf16 slice and leaves the rounded values in the work (what
@@ -44,21 +46,23 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
 class Saved {
  public:
   Saved() = default;
-  Saved(MemoryTracker& m, size_t L, size_t n, bool bf16)
-      : n_(n), bf16_(bf16), f32_(m, MemCategory::kActivations, bf16 ? n : L * n) {
-    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, L * n);
+  Saved(MemoryTracker& m, const std::vector<int>& slots, size_t S, size_t n, bool bf16)
+      : slots_(slots), n_(n), bf16_(bf16), f32_(m, MemCategory::kActivations, bf16 ? n : S * n) {
+    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, S * n);
   }
-  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + size_t(l) * n_; }
+  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + slot(l) * n_; }
   void store(Device& d, int l) {
     if (!bf16_) return;
-    d.f32_to_bf16(half_.data() + size_t(l) * n_, f32_.data(), n_);
-    d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
+    d.f32_to_bf16(half_.data() + slot(l) * n_, f32_.data(), n_);
+    d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
   }
   void load(Device& d, int l) {
-    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
+    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
   }
 
  private:
+  size_t slot(int l) const { return size_t(slots_[size_t(l)]); }
+  std::vector<int> slots_;
   size_t n_ = 0;
   bool bf16_ = false;
   TrackedBuffer<float> f32_;
@@ -88,6 +92,9 @@ struct GptModel::Acts {
   TrackedBuffer<float> datt;                               // [B,NH,T,T] or fused [B,NH,T]
   TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
   bool have_forward = false;
+  // Layer l's slot in the per-layer buffers (activation checkpointing: every checkpointed block
+  // shares one slot; the residual stream's block outputs, residual3, stay per layer).
+  std::vector<int> slot_of;
 
   // Layer l's slices of the per-layer buffers.
   struct Layer {
@@ -96,20 +103,20 @@ struct GptModel::Acts {
   };
   size_t att_per_layer = 0;  // B·NH·T² (naive) or B·NH·T (fused)
   Layer layer(int l, size_t BT, size_t C) {
-    const size_t btc = BT * C;
+    const size_t btc = BT * C, s = size_t(slot_of[size_t(l)]);
     Layer y;
     y.residual = l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc;
     y.ln1 = ln1.at(l);
-    y.ln1_mean = ln1_mean.data() + l * BT;
-    y.ln1_rstd = ln1_rstd.data() + l * BT;
+    y.ln1_mean = ln1_mean.data() + s * BT;
+    y.ln1_rstd = ln1_rstd.data() + s * BT;
     y.qkv = qkv.at(l);
     y.atty = atty.at(l);
-    y.att = att.data() + l * att_per_layer;
+    y.att = att.data() + s * att_per_layer;
     y.attproj = attproj.at(l);
-    y.residual2 = residual2.data() + l * btc;
+    y.residual2 = residual2.data() + s * btc;
     y.ln2 = ln2.at(l);
-    y.ln2_mean = ln2_mean.data() + l * BT;
-    y.ln2_rstd = ln2_rstd.data() + l * BT;
+    y.ln2_mean = ln2_mean.data() + s * BT;
+    y.ln2_rstd = ln2_rstd.data() + s * BT;
     y.fch = fch.at(l);
     y.fch_gelu = fch_gelu.at(l);
     y.fcproj = fcproj.at(l);
@@ -130,24 +137,28 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                NH = config_.n_head, V = config_.vocab, BT = B * T;
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
-  auto saved = [&](size_t n) { return Saved(memory_, L, n, bf16_activations); };
   Acts& a = *acts_;
+  // Slots: one per kept layer, and one shared by the checkpointed ones (the recompute's).
+  const size_t kept = L - size_t(checkpointed_blocks(config_)), S = kept + (kept < L ? 1 : 0);
+  for (size_t l = 0, k = 0; l < L; ++l)
+    a.slot_of.push_back(is_checkpointed(config_, int(l)) ? int(S - 1) : int(k++));
+  auto saved = [&](size_t n) { return Saved(memory_, a.slot_of, S, n, bf16_activations); };
   a.tokens = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.targets = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.encoded = f(BT * C);
   a.ln1 = saved(BT * C);
-  a.ln1_mean = f(L * BT);
-  a.ln1_rstd = f(L * BT);
+  a.ln1_mean = f(S * BT);
+  a.ln1_rstd = f(S * BT);
   a.qkv = saved(BT * 3 * C);
   a.atty = saved(BT * C);
   // Fused attention keeps one log-sum-exp per query row instead of the T×T probabilities.
   a.att_per_layer = config_.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
-  a.att = f(L * a.att_per_layer);
+  a.att = f(S * a.att_per_layer);
   a.attproj = saved(BT * C);
-  a.residual2 = f(L * BT * C);
+  a.residual2 = f(S * BT * C);
   a.ln2 = saved(BT * C);
-  a.ln2_mean = f(L * BT);
-  a.ln2_rstd = f(L * BT);
+  a.ln2_mean = f(S * BT);
+  a.ln2_rstd = f(S * BT);
   a.fch = saved(BT * 4 * C);
   a.fch_gelu = saved(BT * 4 * C);
   a.fcproj = saved(BT * C);
@@ -173,8 +184,7 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
   Acts& a = *acts_;
   Device& d = device_;
   const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
-            NH = config_.n_head, V = config_.vocab, BT = B * T;
-  const size_t btc = size_t(BT) * C;
+            V = config_.vocab, BT = B * T;
   d.copy_to_device(a.tokens.data(), tokens, a.tokens.bytes());
   d.copy_to_device(a.targets.data(), targets, a.targets.bytes());
 
@@ -182,47 +192,7 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
   run_module(hooks, layout_, 0, false, [&](Module& m) {
     d.embedding_forward(a.encoded.data(), a.tokens.data(), m.param(0), m.param(1), B, T, C);
   });
-  for (int l = 0; l < L; ++l) {
-    const int m0 = 1 + 6 * l;
-    Acts::Layer y = a.layer(l, BT, C);
-    run_module(hooks, layout_, m0, false, [&](Module& m) {
-      d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
-                          BT, C);
-    });
-    a.ln1.store(d, l);
-    run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
-      d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
-    });
-    a.qkv.store(d, l);
-    if (config_.attention == AttentionKind::kFused)
-      d.flash_attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
-    else
-      d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
-    a.atty.store(d, l);
-    run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
-      d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
-    });
-    a.attproj.store(d, l);
-    d.copy(y.residual2, y.residual, btc * sizeof(float));
-    d.add_inplace(y.residual2, y.attproj, btc);
-    run_module(hooks, layout_, m0 + 3, false, [&](Module& m) {
-      d.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.residual2, m.param(0), m.param(1),
-                          BT, C);
-    });
-    a.ln2.store(d, l);
-    run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
-      d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C);
-    });
-    a.fch.store(d, l);
-    d.gelu_forward(y.fch_gelu, y.fch, 4 * btc);
-    a.fch_gelu.store(d, l);
-    run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
-      d.linear_forward(y.fcproj, y.fch_gelu, m.param(0), m.param(1), BT, 4 * C, C);
-    });
-    a.fcproj.store(d, l);
-    d.copy(y.residual3, y.residual2, btc * sizeof(float));
-    d.add_inplace(y.residual3, y.fcproj, btc);
-  }
+  for (int l = 0; l < L; ++l) block_forward(l, hooks);
   const float* last = a.layer(L - 1, BT, C).residual3;
   run_module(hooks, layout_, 1 + 6 * L, false, [&](Module& m) {
     d.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, m.param(0),
@@ -234,6 +204,54 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
   a.have_forward = true;
   return d.softmax_crossentropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), BT,
                                         V);
+}
+
+// Block l's forward from its input (the residual stream at l). Run once per forward, and again
+// in backward for a checkpointed block, through RecomputeHooks.
+void GptModel::block_forward(int l, ModelHooks& hooks) {
+  Acts& a = *acts_;
+  Device& d = device_;
+  const int B = batch_, T = config_.seq_len, C = config_.n_embd, NH = config_.n_head, BT = B * T;
+  const size_t btc = size_t(BT) * C;
+  const int m0 = 1 + 6 * l;
+  Acts::Layer y = a.layer(l, BT, C);
+  run_module(hooks, layout_, m0, false, [&](Module& m) {
+    d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
+                        BT, C);
+  });
+  a.ln1.store(d, l);
+  run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
+    d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
+  });
+  a.qkv.store(d, l);
+  if (config_.attention == AttentionKind::kFused)
+    d.flash_attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+  else
+    d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+  a.atty.store(d, l);
+  run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
+    d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
+  });
+  a.attproj.store(d, l);
+  d.copy(y.residual2, y.residual, btc * sizeof(float));
+  d.add_inplace(y.residual2, y.attproj, btc);
+  run_module(hooks, layout_, m0 + 3, false, [&](Module& m) {
+    d.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.residual2, m.param(0), m.param(1),
+                        BT, C);
+  });
+  a.ln2.store(d, l);
+  run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
+    d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C);
+  });
+  a.fch.store(d, l);
+  d.gelu_forward(y.fch_gelu, y.fch, 4 * btc);
+  a.fch_gelu.store(d, l);
+  run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
+    d.linear_forward(y.fcproj, y.fch_gelu, m.param(0), m.param(1), BT, 4 * C, C);
+  });
+  a.fcproj.store(d, l);
+  d.copy(y.residual3, y.residual2, btc * sizeof(float));
+  d.add_inplace(y.residual3, y.fcproj, btc);
 }
 
 void GptModel::backward(ModelHooks& hooks) {
@@ -261,6 +279,10 @@ void GptModel::backward(ModelHooks& hooks) {
   for (int l = L - 1; l >= 0; --l) {
     const int m0 = 1 + 6 * l;
     Acts::Layer y = a.layer(l, BT, C);
+    if (is_checkpointed(config_, l)) {  // rebuild the block's activations from its input
+      RecomputeHooks recompute(hooks);
+      block_forward(l, recompute);
+    }
     a.load_layer(d, l);
     // residual3 = residual2 + fcproj: dres is the gradient of both terms.
     run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {

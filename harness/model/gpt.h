@@ -25,6 +25,12 @@ class ModelHooks {
   virtual void post_forward(int module) {}
   virtual void pre_backward(int module) {}
   virtual void post_backward(int module) {}
+  // Activation checkpointing: module m's forward run again inside backward to rebuild a
+  // checkpointed block's activations. By default the forward hooks fire again, as module
+  // hooks do under a recompute (DeepSpeed's CheckpointFunction.backward calls the block's
+  // forward); a strategy whose backward gather already covers it overrides these.
+  virtual void pre_recompute(int module) { pre_forward(module); }
+  virtual void post_recompute(int module) { post_forward(module); }
   virtual const float* param(int tensor) = 0;
   virtual float* grad(int tensor) = 0;
 };
@@ -40,12 +46,15 @@ class GptModel {
   int batch() const { return batch_; }
 
   // tokens/targets: host arrays of batch*T ids. Returns the mean cross-entropy over them.
+  // With config.checkpoint_every, a checkpointed block keeps only its input: its activations
+  // live in one shared slot, rebuilt by running block_forward again in backward.
   float forward(const int* tokens, const int* targets, ModelHooks& hooks);
   // Backward of the last forward; d(mean loss)/d(param) is added into hooks.grad(t).
   void backward(ModelHooks& hooks);
 
  private:
   struct Acts;
+  void block_forward(int l, ModelHooks& hooks);
   GptConfig config_;
   ModelLayout layout_;
   int batch_;

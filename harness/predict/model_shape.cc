@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
 
 namespace sb {
@@ -29,7 +30,7 @@ std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
          std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
          std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u") +
-         attention_name(c.attention);
+         attention_name(c.attention) + "/ac" + std::to_string(c.checkpoint_every);
 }
 
 std::mutex g_mu;
@@ -101,9 +102,13 @@ uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
   // bf16: 16 of a layer's 18 BTC (all but the residuals) in bf16, plus one layer of them in
   // fp32 as the work the layer computes in.
   const uint64_t saved = 16 * BT * C;
-  const uint64_t floats = L * (2 * BT * C + (bf16 ? 0 : saved) + 4 * BT + att) +
+  // Activation checkpointing: every layer keeps its block output (the next block's input,
+  // residual3: BTC); the rest of a layer is kept by the S layers not checkpointed, plus one
+  // layer shared by the checkpointed ones (the forward's transient and backward's recompute).
+  const uint64_t n_ckpt = uint64_t(checkpointed_blocks(c)), S = L - n_ckpt + (n_ckpt > 0);
+  const uint64_t floats = L * BT * C + S * (BT * C + (bf16 ? 0 : saved) + 4 * BT + att) +
                           (bf16 ? saved : 0) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
-  return 4 * floats + (bf16 ? 2 * L * saved : 0) + 2 * 4 * BT;
+  return 4 * floats + (bf16 ? 2 * S * saved : 0) + 2 * 4 * BT;
 }
 
 const char* activation_formula() {
@@ -114,7 +119,9 @@ const char* activation_formula() {
          "2*B*T*V + A) + 2*16*L*B*T*C + 8*B*T; A = B*NH*T (--attention fused: one log-sum-exp "
          "per query row; backward's row deltas) or B*NH*T^2 (naive: the TxT probabilities; "
          "backward's scratch). gpt.cc's activations kept for backward, one layer of fp32 "
-         "activation gradients, int32 tokens/targets";
+         "activation gradients, int32 tokens/targets. --activation-checkpointing: in every "
+         "per-layer term but one B*T*C (the block output, the next block's input) L becomes "
+         "S = L - n_ckpt + 1 (the kept layers and one recompute slot; S = L without)";
 }
 
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {

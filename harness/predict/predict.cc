@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "harness/comm/communicator.h"
+#include "harness/model/checkpointing.h"
 #include "harness/predict/sim_backend.h"
 #include "harness/predict/sim_device.h"
 
@@ -136,6 +137,8 @@ void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const Model
   if (p.step_s > 0) {
     p.tokens_per_s = double(tokens) * N / p.step_s;
     p.mfu = p.flops_per_rank / p.step_s / cluster.peak_flops(bf16);
+    const double recompute = shape.bare ? 0 : recompute_flops_per_step(shape.config, tokens);
+    p.hfu = (p.flops_per_rank + recompute) / p.step_s / cluster.peak_flops(bf16);
   }
 }
 

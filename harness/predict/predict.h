@@ -43,7 +43,7 @@ struct Prediction {
   // One step: model FLOPs per rank, compute and communication seconds.
   double flops_per_rank = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
   double total_overlap_s = 0, total_no_overlap_s = 0, step_s = 0;  // step_s: as configured
-  double tokens_per_s = 0, mfu = 0;
+  double tokens_per_s = 0, mfu = 0, hfu = 0;  // hfu: + checkpointing's recomputed forwards
   // The dry run's measured step by phase on the simulated clocks (PhaseClock, as a run's);
   // empty for a bare parameter count, whose compute is not run step by step.
   std::vector<StepPhases> phases;

@@ -1,6 +1,7 @@
 // JSON of predictions, in the run's schema family (report.cc): the same key names wherever the
 // run has the quantity (memory.peak_bytes_per_rank, comm.per_step.sent_bytes_intra, by_kind),
 // plus what only a model has (step_time_s.compute/comm/total_*, fits). Keys carry units.
+#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
 #include "harness/run/report.h"
@@ -17,7 +18,9 @@ json predict_config_json(const PredictConfig& cfg) {
                              {"n_embd", m.config.n_embd},      {"n_head", m.config.n_head},
                              {"seq_len", m.config.seq_len},    {"vocab", m.config.vocab},
                              {"tied_head", m.config.tied_head},
-                             {"attention", attention_name(m.config.attention)}};
+                             {"attention", attention_name(m.config.attention)},
+                             {"activation_checkpointing",
+                              activation_checkpointing_name(m.config.checkpoint_every)}};
   return json{{"model", model},
               {"params", m.num_params},
               {"world_size", cfg.world},
@@ -109,6 +112,7 @@ json prediction_json(const Prediction& p) {
       {"throughput",
        {{"tokens_per_s", p.tokens_per_s},
         {"mfu", p.mfu},
+        {"hfu", p.hfu},
         {"flops_per_step_per_rank", p.flops_per_rank}}},
       {"fits", p.fits}};
   if (!p.phases.empty()) j["phases"] = phases_json(p.phases);  // as a run's results[].phases
@@ -128,6 +132,7 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                {{"activations", activation_formula()},
                 {"bf16_operands", bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
+                {"hardware_flops", cfg.model->bare ? "6*params*tokens" : hardware_flop_formula()},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "
                  "kernel = matmul flops / (peak * compute_efficiency) or memory-bound bytes / "

@@ -57,6 +57,11 @@ class PhaseClock::SegmentHooks : public ModelHooks {
     inner_->pre_backward(m);
   }
   void post_backward(int m) override { inner_->post_backward(m); }
+  void pre_recompute(int m) override {  // part of the block's backward on the timeline
+    enter(m, true);
+    inner_->pre_recompute(m);
+  }
+  void post_recompute(int m) override { inner_->post_recompute(m); }
   const float* param(int t) override { return inner_->param(t); }
   float* grad(int t) override { return inner_->grad(t); }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
 #include "harness/run/phase_clock.h"
 
@@ -108,7 +109,8 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"model", {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
                  {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
                  {"vocab", m.vocab},
-                 {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)}}},
+                 {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)},
+                 {"activation_checkpointing", activation_checkpointing_name(m.checkpoint_every)}}},
       {"params", count_params(m)},
       {"world_size", topo.world_size()},
       {"ranks_per_node", topo.ranks_per_node()},
@@ -194,6 +196,8 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                           cfg.options.grad_accum * cfg.model.seq_len;
   const double flops = flops_per_step(cfg.model, tokens);
   const double achieved = med > 0 ? flops / med : 0;
+  // Hardware FLOPs: the model's plus activation checkpointing's recomputed forwards (HFU).
+  const double hw_flops = flops + recompute_flops_per_step(cfg.model, tokens);
   const double peak = env.peak_flops_per_device * env.devices;
   r["throughput"] = {{"tokens_per_s", med > 0 ? double(tokens) / med : 0},
                      {"samples_per_s", med > 0 ? double(tokens / cfg.model.seq_len) / med : 0},
@@ -201,6 +205,9 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                      {"mfu", peak > 0 ? achieved / peak : 0},
                      {"flop_formula", flop_formula()},
                      {"flops_per_step", flops},
+                     {"hfu", peak > 0 && med > 0 ? hw_flops / med / peak : 0},
+                     {"hardware_flops_per_step", hw_flops},
+                     {"hardware_flop_formula", hardware_flop_formula()},
                      {"peak_flops", peak},
                      {"peak_flops_source", env.peak_flops_source}};
 

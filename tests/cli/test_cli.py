@@ -221,6 +221,29 @@ class RunTest(unittest.TestCase):
         self.assertTrue(z3["error_occurred"])
         self.assertIn("out of memory", z3["error_message"])
 
+    def test_activation_checkpointing_names_its_series_and_is_another_experiment(self):
+        doc = load(self.out)
+        self.assertEqual(doc["config"]["model"]["activation_checkpointing"], "none")
+        self.assertIn("hfu", doc["results"][0]["throughput"])
+        doc["config"]["model"]["activation_checkpointing"] = "every-2"
+        ac = os.path.join(self.tmp, "ac.json")
+        with open(ac, "w") as f:
+            json.dump(doc, f)
+        self.assertIn("tiny/w4n2/fp32/activation_checkpointing=every-2/ddp",
+                      self.export("bencher", ac))
+        compare = os.path.join(ROOT, "plots", "compare.py")
+        p = subprocess.run(["/usr/bin/python3", compare, self.out, ac], capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("activation_checkpointing", p.stderr)
+        # a file from before the knob ran without it: the same experiment as "none"
+        del doc["config"]["model"]["activation_checkpointing"]
+        with open(ac, "w") as f:
+            json.dump(doc, f)
+        p = subprocess.run(["/usr/bin/python3", compare, self.out, ac], capture_output=True,
+                           text=True)
+        self.assertNotIn("different experiments", p.stderr)
+
     def test_export_github_action_benchmark_one_tool_per_file(self):
         names = {}
         for tool in ("bigger", "smaller"):

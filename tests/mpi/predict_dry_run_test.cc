@@ -78,6 +78,26 @@ std::vector<Knobs> knob_cases() {
          c.options.precision = Precision::kBf16Mixed;
          c.model.attention = AttentionKind::kNaive;  // defaults and the rest run fused
        }},
+      // Activation checkpointing: the recompute's hooks (ZeRO-3/MiCS gather again, FSDP's
+      // backward gather covers it) and its smaller activations, with each attention and bf16.
+      {"ac_block_naive_attention",
+       [](RunConfig& c) {
+         c.model.checkpoint_every = 1;
+         c.model.attention = AttentionKind::kNaive;
+       }},
+      {"ac_every2_bf16_zero_paper",
+       [](RunConfig& c) {
+         c.model.checkpoint_every = 2;
+         c.options.precision = Precision::kBf16Mixed;
+         apply_zero_schedule(ZeroSchedule::kPaper, c.options);
+       }},
+      {"ac_block_prefetch_bwd_post",
+       [](RunConfig& c) {
+         c.model.checkpoint_every = 1;
+         c.options.prefetch_elements = 300;
+         c.options.backward_prefetch = BackwardPrefetch::kPost;
+         c.options.fsdp2_prefetch = 2;
+       }},
       {"ddp_view_small_buckets",
        [](RunConfig& c) {
          c.options.ddp.gradient_as_bucket_view = true;

@@ -20,6 +20,7 @@ struct Case {
   ZeroSchedule schedule = ZeroSchedule::kShipped;
   int reshard = -1;
   bool hier = false;
+  int ac = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
 };
 
 class Bytes : public ::testing::TestWithParam<Case> {};
@@ -27,6 +28,7 @@ class Bytes : public ::testing::TestWithParam<Case> {};
 TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   const Case& c = GetParam();
   RunConfig cfg = tiny_config(c.precision, 2);
+  cfg.model.checkpoint_every = c.ac;
   cfg.options.persist_elements = c.persist;
   apply_zero_schedule(c.schedule, cfg.options);
   const Topology& topo = run_env().topo;
@@ -62,6 +64,14 @@ std::vector<Case> cases() {
   v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -2});
   v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true});
   v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, true});
+  // Activation checkpointing: ZeRO-3 (paper schedule) and MiCS gather a recomputed block
+  // again, every other strategy moves what it moves without (closed_forms.h).
+  for (const auto& s : strategy_names()) v.push_back({s, Precision::kFp32, 0, ZeroSchedule::kShipped, -1, false, 1});
+  v.push_back({"zero3", Precision::kFp32, 0, ZeroSchedule::kPaper, -1, false, 1});
+  v.push_back({"zero3", Precision::kBf16Mixed, 100, ZeroSchedule::kPaper, -1, false, 2});
+  v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, false, 2});
+  v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true, 1});
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, -2, false, 1});
   return v;
 }
 
@@ -70,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](
          (info.param.persist ? "_persist" + std::to_string(info.param.persist) : "") +
          (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
          (info.param.reshard == 0 ? "_no_reshard" : info.param.reshard == -2 ? "_reshard_node" : "") +
-         (info.param.hier ? "_hierarchical" : "");
+         (info.param.hier ? "_hierarchical" : "") +
+         (info.param.ac ? "_ac_every" + std::to_string(info.param.ac) : "");
 });
 
 TEST(BytesShape, ZeroThreeIssuesMoreSmallerCollectivesThanFullShard) {
@@ -81,6 +92,40 @@ TEST(BytesShape, ZeroThreeIssuesMoreSmallerCollectivesThanFullShard) {
   EXPECT_GT(z3.step_entries.size(), fs.step_entries.size());
   EXPECT_LT(double(z3.payload_bytes) / z3.step_entries.size(),
             double(fs.payload_bytes) / fs.step_entries.size());
+}
+
+// Activation checkpointing every-2 on tiny's two blocks recomputes block 1 (h.1) only. ZeRO-3's
+// hooks fire on the recompute: under the paper's schedule (release after every module) a tensor
+// of h.1 is all-gathered three times per step (forward, recompute, backward), h.0's twice; as
+// DeepSpeed ships it (reuse distance 1e9) once. FSDP and FSDP2 gather h.1's unit twice, as
+// without checkpointing: the recompute runs inside the unit's backward gather.
+TEST(BytesShape, RecomputeGathersTheBlockAgainUnderZero3NotUnderFsdp) {
+  if (run_env().topo.world_size() < 2) GTEST_SKIP() << "needs sharding";
+  auto gathers = [](const StrategyRun& r, const std::string& tag) {
+    int n = 0;
+    for (const LedgerEntry& e : r.step_entries) n += e.kind == CollKind::kAllGather && e.tag == tag;
+    return n;
+  };
+  RunConfig cfg = tiny_config(Precision::kFp32, 2);
+  cfg.model.checkpoint_every = 2;
+  RunConfig paper = cfg;
+  apply_zero_schedule(ZeroSchedule::kPaper, paper.options);
+  const StrategyRun z3 = run("zero3", paper, false);
+  ASSERT_EQ(z3.status, "ok") << z3.error;
+  EXPECT_EQ(gathers(z3, "h.1.attn.qkv.weight"), 3);
+  EXPECT_EQ(gathers(z3, "h.1.mlp.fc.weight"), 3);
+  EXPECT_EQ(gathers(z3, "h.0.attn.qkv.weight"), 2);
+  const StrategyRun shipped = run("zero3", cfg, false);
+  EXPECT_EQ(gathers(shipped, "h.1.attn.qkv.weight"), 1);
+  const StrategyRun fs = run("fsdp_full_shard", cfg, false);
+  EXPECT_EQ(gathers(fs, "unit2"), 2);
+  EXPECT_EQ(gathers(fs, "unit1"), 2);
+  const StrategyRun f2 = run("fsdp2", cfg, false);
+  EXPECT_EQ(gathers(f2, "group2"), 2);
+  if (run_env().topo.partition_size() < 2) return;  // MiCS over partitions of one: no gathers
+  const StrategyRun mics = run("mics", cfg, false);
+  EXPECT_EQ(gathers(mics, "group2"), 3);
+  EXPECT_EQ(gathers(mics, "group1"), 2);
 }
 
 TEST(BytesShape, HybridMovesFewerInterNodeBytesThanFullShard) {

@@ -25,11 +25,14 @@ struct Case {
   Precision precision;
   uint64_t persist;
   ZeroSchedule schedule = ZeroSchedule::kShipped;
+  int ac = 0;  // --activation-checkpointing every-K (0 none)
 };
 
 PredictConfig config_of(const Case& c, int world, int rpn) {
   PredictConfig cfg;
-  cfg.model = model_shape(parse_model(c.model));
+  GptConfig m = parse_model(c.model);
+  m.checkpoint_every = c.ac;
+  cfg.model = model_shape(m);
   cfg.world = world;
   cfg.ranks_per_node = rpn;
   cfg.options.precision = c.precision;
@@ -50,6 +53,11 @@ std::vector<Case> cases() {
     for (const char* s : {"zero1", "zero2", "zero3"})
       for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
         v.push_back({m, s, p, 0, ZeroSchedule::kPaper});
+  // Activation checkpointing (small: blocks 1 and 3 with every-2; tiny: both with block).
+  for (const auto& s : strategy_names())
+    v.push_back({"small", s, Precision::kFp32, 0, ZeroSchedule::kShipped, 2});
+  for (const char* m : {"tiny", "small"})
+    v.push_back({m, "zero3", Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, 1});
   return v;
 }
 
@@ -90,7 +98,8 @@ INSTANTIATE_TEST_SUITE_P(TinySmall, PredictClosedForms, ::testing::ValuesIn(case
                            return c.model + "_" + c.strategy +
                                   (c.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
                                   (c.persist ? "_persist" + std::to_string(c.persist) : "") +
-                                  (c.schedule == ZeroSchedule::kPaper ? "_paper" : "");
+                                  (c.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
+                                  (c.ac ? "_ac_every" + std::to_string(c.ac) : "");
                          });
 
 TEST(PredictRing, ClosedFormEqualsRingModelSentPerRank) {

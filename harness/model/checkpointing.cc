@@ -1,0 +1,67 @@
+// Activation checkpointing's block selection, step visit order and recompute FLOPs (see header).
+#include "harness/model/checkpointing.h"
+
+#include <charconv>
+#include <stdexcept>
+
+namespace sb {
+
+int parse_activation_checkpointing(std::string_view s, int n_layer) {
+  if (s == "none") return 0;
+  if (s == "block") return 1;
+  const auto bad = [&] {
+    return std::invalid_argument("--activation-checkpointing " + std::string(s) +
+                                 ": allowed none|block|every-K, K in 1.." +
+                                 std::to_string(n_layer) + " (the model's layers)");
+  };
+  if (s.rfind("every-", 0) != 0) throw bad();
+  const std::string_view k = s.substr(6);
+  int every = 0;
+  auto [ptr, ec] = std::from_chars(k.data(), k.data() + k.size(), every);
+  if (k.empty() || ec != std::errc() || ptr != k.data() + k.size() || every < 1 || every > n_layer)
+    throw bad();
+  return every;
+}
+
+std::string activation_checkpointing_name(int every) {
+  if (every == 0) return "none";
+  if (every == 1) return "block";
+  return "every-" + std::to_string(every);
+}
+
+bool is_checkpointed(const GptConfig& c, int layer) {
+  return c.checkpoint_every > 0 && (layer + 1) % c.checkpoint_every == 0;
+}
+
+int checkpointed_blocks(const GptConfig& c) {
+  return c.checkpoint_every > 0 ? c.n_layer / c.checkpoint_every : 0;
+}
+
+std::vector<ModuleVisit> step_visits(const ModelLayout& layout) {
+  const auto& mods = layout.modules;
+  const int n = int(mods.size()), L = layout.num_segments - 2;
+  std::vector<ModuleVisit> v;
+  for (int m = 0; m < n; ++m) v.push_back({m, ModulePass::kForward});
+  for (int m = n - 1; m >= 0; --m) {
+    const int seg = mods[size_t(m)].segment;
+    const bool block_starts = m == n - 1 || mods[size_t(m) + 1].segment != seg;
+    if (block_starts && seg >= 1 && seg <= L && is_checkpointed(layout.config, seg - 1))
+      for (int r = 0; r < n; ++r)
+        if (mods[size_t(r)].segment == seg) v.push_back({r, ModulePass::kRecompute});
+    v.push_back({m, ModulePass::kBackward});
+  }
+  return v;
+}
+
+double recompute_flops_per_step(const GptConfig& c, uint64_t tokens) {
+  const double C = c.n_embd, T = c.seq_len;
+  return double(checkpointed_blocks(c)) * (24.0 * C * C + 4.0 * C * T) * double(tokens);
+}
+
+const char* hardware_flop_formula() {
+  return "model FLOPs + n_ckpt*(24*C^2 + 4*C*T)*tokens: each checkpointed block's forward "
+         "(its matmuls 2*12*C^2 and attention's scores and values 4*C*T per token) runs again "
+         "in backward; n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing";
+}
+
+}  // namespace sb
