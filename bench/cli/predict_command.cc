@@ -42,6 +42,7 @@ struct PredictArgs {
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
+  std::string arch;  // "" = the preset's
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -61,8 +62,8 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
     if (a.params > 0) {
       cfg.model = bare_shape(a.params, a.seq > 0 ? a.seq : 2048);
     } else {
-      GptConfig c = parse_predict_model(a.model);
-      c.tied_head = !a.untied_head;
+      GptConfig c = parse_predict_model(a.model, a.arch);
+      c.tied_head = c.tied_head && !a.untied_head;  // llama: always untied
       c.attention = parse_attention(a.attention);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
       cfg.model = model_shape(c);
@@ -247,6 +248,7 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  p->add_option("--arch", a.arch, "Block of an L,C,H,T,V spec: gpt2 (default) | llama");
   p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
       ->capture_default_str();
   p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")

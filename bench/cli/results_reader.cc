@@ -93,6 +93,8 @@ std::string series_prefix(const json& c) {
     add("tied_head", false);
   if (const json* att = at_path(c, {"model", "attention"}); att && *att != "fused")
     add("attention", *att);
+  if (const json* arch = at_path(c, {"model", "arch"}); arch && *arch != "gpt2")
+    add("arch", *arch);
   return str_at(c, {"model", "name"}) + "/w" + world + "/" + str_at(c, {"precision"}) + "/" +
          (knobs.empty() ? "" : knobs + "/");
 }

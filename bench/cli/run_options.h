@@ -50,6 +50,7 @@ struct RunArgs {
   int seq = 0;  // tokens per sample; 0 = the model's context
   bool untied_head = false;
   std::string attention = "fused";  // naive | fused
+  std::string arch;  // gpt2 | llama; "" = the preset's (gpt2 for a spec)
   bool quiet = false;
   std::string inject_fault;
   double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more

@@ -18,6 +18,7 @@ json predict_config_json(const PredictConfig& cfg) {
                              {"seq_len", m.config.seq_len},    {"vocab", m.config.vocab},
                              {"tied_head", m.config.tied_head},
                              {"attention", attention_name(m.config.attention)}};
+  if (!m.bare) add_llama_keys(model, m.config);
   return json{{"model", model},
               {"params", m.num_params},
               {"world_size", cfg.world},
@@ -125,9 +126,9 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
               {"config", predict_config_json(cfg)},
               {"cluster", cluster_json(cluster)},
               {"formulas",
-               {{"activations", activation_formula()},
-                {"bf16_operands", bf16_operand_formula()},
-                {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
+               {{"activations", cfg.model->config.arch == ArchKind::kLlama ? llama_activation_formula() : activation_formula()},
+                {"bf16_operands", cfg.model->config.arch == ArchKind::kLlama ? llama_bf16_operand_formula() : bf16_operand_formula()},
+                {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula(cfg.model->config)},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "
                  "kernel = matmul flops / (peak * compute_efficiency) or memory-bound bytes / "
