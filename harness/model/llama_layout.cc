@@ -19,7 +19,7 @@ struct LlamaPreset {
 // 3; every Llama size is even, C = H·hd with an even head dim).
 constexpr LlamaPreset kLlamaPresets[] = {
     {"llama-tiny", 2, 32, 4, 2, 88, 16, 64, 10000.0f},
-    {"llama-tiny-pad", 2, 20, 2, 1, 38, 8, 61, 10000.0f},
+    {"llama-tiny-pad", 2, 20, 2, 1, 38, 16, 61, 10000.0f},
     {"llama2-7b", 32, 4096, 32, 32, 11008, 4096, 32000, 10000.0f},
     {"llama2-13b", 40, 5120, 40, 40, 13824, 4096, 32000, 10000.0f},
     {"llama2-70b", 80, 8192, 64, 8, 28672, 4096, 32000, 10000.0f},
