@@ -10,7 +10,7 @@ trap 'rm -rf "$OUT"' EXIT
 command -v clang++ >/dev/null || { echo "SKIP: clang++ not installed (ci/setup.sh installs it)"; exit 77; }
 FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$ROOT")
 clang++ "${FLAGS[@]}" "$ROOT/tests/fuzz/fuzz_model_spec.cc" "$ROOT/harness/model/config.cc" \
-  -o "$OUT/fuzz_model_spec"
+  "$ROOT/harness/model/llama_layout.cc" -o "$OUT/fuzz_model_spec"
 clang++ "${FLAGS[@]}" "$ROOT/tests/fuzz/fuzz_results_reader.cc" "$ROOT/bench/cli/results_reader.cc" \
   -o "$OUT/fuzz_results_reader"
 mkdir -p "$OUT/spec" "$OUT/results"
