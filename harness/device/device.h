@@ -129,7 +129,8 @@ class Device {
   virtual void embedding_forward(float* out, const int* tokens, const float* wte,
                                  const float* wpe, int B, int T, int C) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int* tokens, int B, int T, int C) = 0;  // +=, dwpe may be null
+                                  const int* tokens, int B, int T,
+                                  int C) = 0;  // +=; dwpe may be null
   // probs [rows, V] = softmax(logits); returns the mean loss over rows (host value).
   virtual float softmax_crossentropy_forward(float* probs, const float* logits,
                                              const int* targets, int rows, int V) = 0;

@@ -62,7 +62,10 @@ class GptModel {
 // Model FLOPs of one training step (forward + backward) for `tokens` tokens:
 // 6 * N_matmul * tokens + 12 * L * C * T * tokens (attention scores and values, forward and
 // backward; PaLM appendix B / Chinchilla), N_matmul = all matmul weights incl. the LM head.
-// The Llama block: llama_layout.h's llama_flops_per_step (its own N_matmul, GQA's K/V counted).
+// The Llama block (llama_layout.h's llama_flops_per_step): the same form with
+// N_matmul = L·(2C² + 2·C·KV·hd + 3·C·F) + V·C — wq, wo C² each; wk, wv C·KV·hd each (grouped-
+// query attention: KV K/V heads of hd = C/H); SwiGLU w1, w3, w2 C·F each; the untied head —
+// and the same attention term (every one of the H query heads attends over T).
 double flops_per_step(const GptConfig& c, uint64_t tokens);
 const char* flop_formula();                      // the GPT-2 block's
 const char* flop_formula(const GptConfig& c);    // the formula of c's block

@@ -118,6 +118,7 @@ json prediction_json(const Prediction& p) {
 
 json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                          const std::vector<json>& results) {
+  const bool llama = cfg.model->config.arch == ArchKind::kLlama;
   return json{{"schema_version", kSchemaVersion},
               {"suite", "shardbench"},
               {"kind", "prediction"},
@@ -126,8 +127,8 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
               {"config", predict_config_json(cfg)},
               {"cluster", cluster_json(cluster)},
               {"formulas",
-               {{"activations", cfg.model->config.arch == ArchKind::kLlama ? llama_activation_formula() : activation_formula()},
-                {"bf16_operands", cfg.model->config.arch == ArchKind::kLlama ? llama_bf16_operand_formula() : bf16_operand_formula()},
+               {{"activations", llama ? llama_activation_formula() : activation_formula()},
+                {"bf16_operands", llama ? llama_bf16_operand_formula() : bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula(cfg.model->config)},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "

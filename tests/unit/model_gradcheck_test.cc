@@ -344,7 +344,9 @@ void check_model(bool tied, AttentionKind attention = AttentionKind::kFused,
 TEST(ModelGradCheck, WholeTinyModelTiedHead) { check_model(true); }
 TEST(ModelGradCheck, WholeTinyModelUntiedHead) { check_model(false); }
 TEST(ModelGradCheck, WholeTinyModelNaiveAttention) { check_model(true, AttentionKind::kNaive); }
-TEST(ModelGradCheck, WholeLlamaTinyModel) { check_model(false, AttentionKind::kFused, "llama-tiny"); }
+TEST(ModelGradCheck, WholeLlamaTinyModel) {
+  check_model(false, AttentionKind::kFused, "llama-tiny");
+}
 TEST(ModelGradCheck, WholeLlamaTinyModelNaiveAttention) {
   check_model(false, AttentionKind::kNaive, "llama-tiny");
 }

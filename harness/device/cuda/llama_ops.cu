@@ -50,7 +50,8 @@ __global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dout, const f
   for (int i = lane; i < C; i += kLlamaWarp) gx += dr[i] * w[i] * xr[i];
   const float s = rstd[r];
   const float k = llama_warp_sum(gx) / C * s * s;
-  for (int i = lane; i < C; i += kLlamaWarp) dx[size_t(r) * C + i] += s * (dr[i] * w[i] - xr[i] * k);
+  for (int i = lane; i < C; i += kLlamaWarp)
+    dx[size_t(r) * C + i] += s * (dr[i] * w[i] - xr[i] * k);
 }
 
 __global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const float* x,
