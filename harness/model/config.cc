@@ -98,8 +98,11 @@ GptConfig parse_model(std::string_view spec, std::string_view arch) {
     pos = end + 1;
   }
   GptConfig c{std::string(spec), v[0], v[1], v[2], v[3], v[4], 0, true};
-  if (!arch.empty() && parse_arch(arch) == ArchKind::kLlama) c = llama_from_spec(c);
-  validate(c);
+  validate(c);  // the dims in range before the Llama block derives its SwiGLU width from C
+  if (!arch.empty() && parse_arch(arch) == ArchKind::kLlama) {
+    c = llama_from_spec(c);
+    validate(c);
+  }
   return c;
 }
 

@@ -59,8 +59,8 @@ std::vector<std::string> llama_preset_names() {
 }
 
 int llama_ffn_rule(int C) {
-  const int hidden = 2 * 4 * C / 3;
-  return 256 * ((hidden + 255) / 256);
+  const int64_t hidden = 2 * 4 * int64_t(C) / 3;
+  return int(256 * ((hidden + 255) / 256));
 }
 
 GptConfig llama_from_spec(GptConfig c) {
