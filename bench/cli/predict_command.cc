@@ -44,6 +44,7 @@ struct PredictArgs {
   bool untied_head = false;
   std::string attention = "fused";
   std::string activation_checkpointing = "none";
+  std::string arch;  // "" = the preset's
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -66,8 +67,8 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
                                     ": needs --model (a bare --params count has no blocks)");
       cfg.model = bare_shape(a.params, a.seq > 0 ? a.seq : 2048);
     } else {
-      GptConfig c = parse_predict_model(a.model);
-      c.tied_head = !a.untied_head;
+      GptConfig c = parse_predict_model(a.model, a.arch);
+      c.tied_head = c.tied_head && !a.untied_head;  // llama: always untied
       c.attention = parse_attention(a.attention);
       c.checkpoint_every = parse_activation_checkpointing(a.activation_checkpointing, c.n_layer);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
@@ -253,6 +254,7 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
+  p->add_option("--arch", a.arch, "Block of an L,C,H,T,V spec: gpt2 (default) | llama");
   p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
       ->capture_default_str();
   p->add_option("--activation-checkpointing", a.activation_checkpointing,

@@ -99,6 +99,9 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
       ->capture_default_str();
   app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
+  app->add_option("--arch", a.arch,
+                  "Block of an L,C,H,T,V spec: gpt2 (default) | llama (RMSNorm, SwiGLU, RoPE, "
+                  "untied head); a preset names its own (llama2-7b, ...)");
   app->add_option("--attention", a.attention,
                   "naive (stores the TxT probabilities) | fused (FlashAttention: row log-sum-exp)")
       ->capture_default_str();
@@ -176,11 +179,11 @@ void require(bool ok, const char* flag, const T& value, const char* allowed) {
 RunConfig to_run_config(const RunArgs& a) {
   RunConfig c;
   try {
-    c.model = parse_model(a.model);
+    c.model = parse_model(a.model, a.arch);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  c.model.tied_head = !a.untied_head;
+  c.model.tied_head = c.model.tied_head && !a.untied_head;  // llama: always untied
   try {
     c.model.attention = parse_attention(a.attention);
     c.model.checkpoint_every =

@@ -53,6 +53,7 @@ struct RunArgs {
   bool untied_head = false;
   std::string attention = "fused";  // naive | fused
   std::string activation_checkpointing = "none";  // none | block | every-K
+  std::string arch;  // gpt2 | llama; "" = the preset's (gpt2 for a spec)
   bool quiet = false;
   std::string inject_fault;
   double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more

@@ -369,8 +369,12 @@ void CpuDevice::embedding_forward(float* out, const int* tokens, const float* wt
     for (int t = 0; t < T; ++t) {
       const int tok = tokens[b * T + t];
       const float* e = wte + size_t(tok) * C;
-      const float* p = wpe + size_t(t) * C;
       float* o = out + (size_t(b) * T + t) * C;
+      if (wpe == nullptr) {  // the Llama block: positions come from RoPE
+        std::copy(e, e + C, o);
+        continue;
+      }
+      const float* p = wpe + size_t(t) * C;
       for (int i = 0; i < C; ++i) o[i] = e[i] + p[i];
     }
   }
@@ -382,11 +386,10 @@ void CpuDevice::embedding_backward(float* dwte, float* dwpe, const float* dout,
     for (int t = 0; t < T; ++t) {
       const float* g = dout + (size_t(b) * T + t) * C;
       float* de = dwte + size_t(tokens[b * T + t]) * C;
+      for (int i = 0; i < C; ++i) de[i] += g[i];
+      if (dwpe == nullptr) continue;
       float* dp = dwpe + size_t(t) * C;
-      for (int i = 0; i < C; ++i) {
-        de[i] += g[i];
-        dp[i] += g[i];
-      }
+      for (int i = 0; i < C; ++i) dp[i] += g[i];
     }
   }
 }

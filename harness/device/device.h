@@ -109,11 +109,33 @@ class Device {
   virtual void flash_attention_backward(float* dqkv, float* delta, const float* dout,
                                         const float* qkv, const float* out, const float* lse,
                                         int B, int T, int C, int NH) = 0;
-  // out[b,t,:] = wte[tok] + wpe[t]
+  // The Llama block's kernels (llama.cc). RMSNorm (Zhang & Sennrich 2019), eps 1e-5 as Llama:
+  // out = x * rstd * w with rstd [rows] = 1 / sqrt(mean(x^2) + eps), kept for backward.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w,
+                               int rows, int C) = 0;
+  // dx (+=), dw (+=).
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
+                                const float* w, const float* rstd, int rows, int C) = 0;
+  // SwiGLU (Shazeer 2020): out [rows, F] = silu(h[:, :F]) * h[:, F:] for h [rows, 2F] (gate,
+  // then up: Llama's w1 and w3 stacked).
+  virtual void swiglu_forward(float* out, const float* h, int rows, int F) = 0;
+  virtual void swiglu_backward(float* dh, const float* h, const float* dout, int rows,
+                               int F) = 0;  // dh (=) [rows, 2F]
+  // From qkv_raw [B, T, (H + 2·KV)·hd] (H query heads, KV key heads, KV value heads) to qkv
+  // [B, T, 3·H·hd], the layout attention_forward takes: q and k rotated by their position t
+  // (RoPE, Su et al. 2021, in Meta's convention: pairs (2i, 2i+1) turned by t·theta^(-2i/hd)),
+  // K/V head h / (H/KV) repeated for query head h (grouped-query attention; Meta's repeat_kv).
+  virtual void rope_gqa_forward(float* qkv, const float* qkv_raw, int B, int T, int H, int KV,
+                                int hd, float theta) = 0;
+  // dqkv_raw (=) from dqkv: the inverse rotation, each K/V head summed over its query group.
+  virtual void rope_gqa_backward(float* dqkv_raw, const float* dqkv, int B, int T, int H,
+                                 int KV, int hd, float theta) = 0;
+  // out[b,t,:] = wte[tok] + wpe[t] (wpe null: no learned positions, the Llama block)
   virtual void embedding_forward(float* out, const int* tokens, const float* wte,
                                  const float* wpe, int B, int T, int C) = 0;
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int* tokens, int B, int T, int C) = 0;  // +=
+                                  const int* tokens, int B, int T,
+                                  int C) = 0;  // +=; dwpe may be null
   // probs [rows, V] = softmax(logits); returns the mean loss over rows (host value).
   virtual float softmax_crossentropy_forward(float* probs, const float* logits,
                                              const int* targets, int rows, int V) = 0;

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "harness/model/llama_layout.h"
+
 namespace sb {
 namespace {
 
@@ -20,8 +22,16 @@ constexpr Preset kPresets[] = {
 
 std::string allowed() {
   std::string s;
-  for (const auto& p : kPresets) s += std::string(s.empty() ? "" : "|") + p.name;
+  for (const std::string& p : preset_names()) s += std::string(s.empty() ? "" : "|") + p;
   return s + " or L,C,H,T,V (e.g. 4,256,8,128,4096)";
+}
+
+// A preset's block must agree with an explicit --arch.
+GptConfig with_arch(GptConfig c, std::string_view arch) {
+  if (!arch.empty() && parse_arch(arch) != c.arch)
+    throw std::invalid_argument("--arch " + std::string(arch) + ": --model " + c.name +
+                                " is a " + arch_name(c.arch) + " preset");
+  return c;
 }
 
 }  // namespace
@@ -36,9 +46,18 @@ AttentionKind parse_attention(std::string_view s) {
   throw std::invalid_argument("--attention " + std::string(s) + ": allowed naive|fused");
 }
 
+const char* arch_name(ArchKind a) { return a == ArchKind::kLlama ? "llama" : "gpt2"; }
+
+ArchKind parse_arch(std::string_view s) {
+  if (s == "gpt2") return ArchKind::kGpt2;
+  if (s == "llama") return ArchKind::kLlama;
+  throw std::invalid_argument("--arch " + std::string(s) + ": allowed gpt2|llama");
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.emplace_back(p.name);
+  for (const std::string& n : llama_preset_names()) v.push_back(n);
   return v;
 }
 
@@ -62,12 +81,14 @@ void validate(const GptConfig& c) {
                                 std::to_string(c.checkpoint_every) + ": K must be in 1.." +
                                 std::to_string(c.n_layer) + " (the layers of --model " + c.name +
                                 ")");
+  if (c.arch == ArchKind::kLlama) validate_llama(c);
 }
 
-GptConfig parse_model(std::string_view spec) {
+GptConfig parse_model(std::string_view spec, std::string_view arch) {
   for (const auto& p : kPresets) {
-    if (spec == p.name) return GptConfig{p.name, p.L, p.C, p.H, p.T, p.V, 0, true};
+    if (spec == p.name) return with_arch(GptConfig{p.name, p.L, p.C, p.H, p.T, p.V, 0, true}, arch);
   }
+  if (const GptConfig* p = llama_preset(spec)) return with_arch(*p, arch);
   int v[5];
   size_t pos = 0;
   for (int i = 0; i < 5; ++i) {
@@ -82,11 +103,16 @@ GptConfig parse_model(std::string_view spec) {
     pos = end + 1;
   }
   GptConfig c{std::string(spec), v[0], v[1], v[2], v[3], v[4], 0, true};
-  validate(c);
+  validate(c);  // the dims in range before the Llama block derives its SwiGLU width from C
+  if (!arch.empty() && parse_arch(arch) == ArchKind::kLlama) {
+    c = llama_from_spec(c);
+    validate(c);
+  }
   return c;
 }
 
 uint64_t count_params(const GptConfig& c) {
+  if (c.arch == ArchKind::kLlama) return count_llama_params(c);
   const uint64_t C = c.n_embd, L = c.n_layer, T = c.positions(), V = c.vocab;
   // per block: ln1 2C, qkv 3C*C+3C, proj C*C+C, ln2 2C, fc 4C*C+4C, fcproj 4C*C+C
   const uint64_t block = 12 * C * C + 13 * C;

@@ -19,6 +19,14 @@ const char* attention_name(AttentionKind a);
 // "naive" | "fused"; throws std::invalid_argument naming --attention.
 AttentionKind parse_attention(std::string_view s);
 
+// The decoder block: GPT-2's (LayerNorm, GELU MLP, learned positions, biases) or Llama's
+// (RMSNorm, SwiGLU MLP, rotary positions, grouped-query attention, no biases, untied head;
+// Touvron et al. 2023). llama.h holds the Llama block's layout, forward and backward.
+enum class ArchKind { kGpt2, kLlama };
+const char* arch_name(ArchKind a);
+// "gpt2" | "llama"; throws std::invalid_argument naming --arch.
+ArchKind parse_arch(std::string_view s);
+
 struct GptConfig {
   std::string name;     // preset name, or the spec string
   int n_layer = 2;      // L
@@ -31,12 +39,20 @@ struct GptConfig {
   bool tied_head = true;  // LM head shares the token embedding (GPT-2)
   AttentionKind attention = AttentionKind::kFused;  // --attention
   int checkpoint_every = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
+  ArchKind arch = ArchKind::kGpt2;                  // --arch (a llama preset implies llama)
+  int n_kv_head = 0;        // llama: K/V heads (GQA when < n_head); 0 = n_head
+  int ffn_hidden = 0;       // llama: SwiGLU hidden width (11008 for 7B); 0 = Llama's rule
+  float rope_theta = 10000.0f;  // llama: RoPE base (10000 Llama 2, 500000 Llama 3)
   int positions() const { return context > 0 ? context : seq_len; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
 };
 
 std::vector<std::string> preset_names();
 // Preset name or "L,C,H,T,V". Throws std::invalid_argument naming --model and what is allowed.
-GptConfig parse_model(std::string_view spec);
+// arch ("" = the preset's, gpt2 for a spec): --arch; a spec under llama gets n_kv_head = H and
+// Llama's SwiGLU width; a preset of the other block is an error naming --arch.
+GptConfig parse_model(std::string_view spec, std::string_view arch = "");
 // Throws std::invalid_argument when dims are inconsistent (C % H, non-positive values).
 void validate(const GptConfig& c);
 // Unpadded parameter count of the workload (formula, matches make_layout's sum).

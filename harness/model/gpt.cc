@@ -5,6 +5,7 @@
 
 #include "harness/common/check.h"
 #include "harness/model/checkpointing.h"
+#include "harness/model/llama.h"
 
 namespace sb {
 namespace {
@@ -134,6 +135,10 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
     : config_(validated(config)), layout_(make_layout(config_)), batch_(batch), device_(device),
       memory_(memory), acts_(std::make_unique<Acts>()) {
   SB_CHECK(batch > 0, "batch per rank must be positive, got " << batch);
+  if (config_.arch == ArchKind::kLlama) {
+    llama_ = std::make_unique<LlamaModel>(config_, batch, device, memory, bf16_activations);
+    return;
+  }
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                NH = config_.n_head, V = config_.vocab, BT = B * T;
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
@@ -180,6 +185,7 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
 GptModel::~GptModel() = default;
 
 float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks) {
+  if (llama_) return llama_->forward(tokens, targets, hooks);
   SB_CHECK(tokens != nullptr && targets != nullptr, "forward needs tokens and targets");
   Acts& a = *acts_;
   Device& d = device_;
@@ -255,6 +261,7 @@ void GptModel::block_forward(int l, ModelHooks& hooks) {
 }
 
 void GptModel::backward(ModelHooks& hooks) {
+  if (llama_) return llama_->backward(hooks);
   Acts& a = *acts_;
   SB_CHECK(a.have_forward, "backward without a forward since the last backward");
   a.have_forward = false;  // dlogits overwrite the logits
@@ -322,6 +329,7 @@ void GptModel::backward(ModelHooks& hooks) {
 }
 
 double flops_per_step(const GptConfig& c, uint64_t tokens) {
+  if (c.arch == ArchKind::kLlama) return llama_flops_per_step(c, tokens);
   const double C = c.n_embd, L = c.n_layer, T = c.seq_len, V = c.vocab;
   const double n_matmul = L * 12.0 * C * C + V * C;  // qkv 3C², proj C², fc 4C², fcproj 4C²
   return 6.0 * n_matmul * double(tokens) + 12.0 * L * C * T * double(tokens);
@@ -332,6 +340,10 @@ const char* flop_formula() {
          "proj C^2, fc 4C^2, fcproj 4C^2, plus the LM head V*C even when tied; biases, "
          "LayerNorms and wpe excluded; attention counted over the full TxT, not the causal "
          "half; PaLM appendix B)";
+}
+
+const char* flop_formula(const GptConfig& c) {
+  return c.arch == ArchKind::kLlama ? llama_flop_formula() : flop_formula();
 }
 
 }  // namespace sb

@@ -35,6 +35,10 @@ class ModelHooks {
   virtual float* grad(int tensor) = 0;
 };
 
+class LlamaModel;
+
+// The workload's model: the GPT-2 block (gpt.cc), or the Llama block (llama.cc) when
+// config.arch is llama, behind one interface.
 class GptModel {
  public:
   // Allocates activations for `batch` sequences of config.seq_len tokens (kActivations).
@@ -61,12 +65,18 @@ class GptModel {
   Device& device_;
   MemoryTracker& memory_;
   std::unique_ptr<Acts> acts_;
+  std::unique_ptr<LlamaModel> llama_;  // set for the Llama block; then acts_ is empty
 };
 
 // Model FLOPs of one training step (forward + backward) for `tokens` tokens:
 // 6 * N_matmul * tokens + 12 * L * C * T * tokens (attention scores and values, forward and
 // backward; PaLM appendix B / Chinchilla), N_matmul = all matmul weights incl. the LM head.
+// The Llama block (llama_layout.h's llama_flops_per_step): the same form with
+// N_matmul = L·(2C² + 2·C·KV·hd + 3·C·F) + V·C — wq, wo C² each; wk, wv C·KV·hd each (grouped-
+// query attention: KV K/V heads of hd = C/H); SwiGLU w1, w3, w2 C·F each; the untied head —
+// and the same attention term (every one of the H query heads attends over T).
 double flops_per_step(const GptConfig& c, uint64_t tokens);
-const char* flop_formula();
+const char* flop_formula();                      // the GPT-2 block's
+const char* flop_formula(const GptConfig& c);    // the formula of c's block
 
 }  // namespace sb

@@ -3,6 +3,7 @@
 #include "harness/model/layout.h"
 
 #include "harness/common/hash.h"
+#include "harness/model/llama_layout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,7 @@ std::vector<int> ModelLayout::uses_per_pass() const {
 }
 
 ModelLayout make_layout(const GptConfig& c) {
+  if (c.arch == ArchKind::kLlama) return make_llama_layout(c);
   ModelLayout l;
   l.config = c;
   const int C = c.n_embd, V = c.vocab, T = c.positions(), L = c.n_layer;

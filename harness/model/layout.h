@@ -12,7 +12,7 @@
 
 namespace sb {
 
-enum class ModuleKind { kEmbedding, kLayerNorm, kLinear, kLmHead };
+enum class ModuleKind { kEmbedding, kLayerNorm, kLinear, kLmHead, kRmsNorm };
 enum class InitKind { kNormal, kNormalResidual, kZeros, kOnes };
 
 struct ParamTensor {

@@ -30,7 +30,9 @@ std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
          std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
          std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u") +
-         attention_name(c.attention) + "/ac" + std::to_string(c.checkpoint_every);
+         attention_name(c.attention) + "/ac" + std::to_string(c.checkpoint_every) + "/" +
+         arch_name(c.arch) + "/" + std::to_string(c.kv_heads()) + "," +
+         std::to_string(c.ffn_hidden) + "," + std::to_string(c.rope_theta);
 }
 
 std::mutex g_mu;
@@ -47,11 +49,15 @@ std::vector<std::string> predict_model_aliases() {
   return v;
 }
 
-GptConfig parse_predict_model(const std::string& spec) {
+GptConfig parse_predict_model(const std::string& spec, const std::string& arch) {
   for (const Alias& a : kAliases)
-    if (spec == a.name) return GptConfig{a.name, a.L, a.C, a.H, 2048, 50304, 0, true};
+    if (spec == a.name) {
+      if (!arch.empty() && parse_arch(arch) != ArchKind::kGpt2)
+        throw std::invalid_argument("--arch " + arch + ": --model " + spec + " is a gpt2 alias");
+      return GptConfig{a.name, a.L, a.C, a.H, 2048, 50304, 0, true};
+    }
   try {
-    return parse_model(spec);
+    return parse_model(spec, arch);
   } catch (const std::invalid_argument& e) {
     std::string names;
     for (const Alias& a : kAliases) names += std::string("|") + a.name;
@@ -94,6 +100,7 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
 }
 
 uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
+  if (c.arch == ArchKind::kLlama) return llama_activation_bytes(c, batch, bf16);
   const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer, NH = c.n_head,
                  V = c.vocab, BT = B * T;
   // Per layer and once more as backward scratch: the probabilities (naive) or one log-sum-exp
@@ -125,6 +132,7 @@ const char* activation_formula() {
 }
 
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
+  if (c.arch == ArchKind::kLlama) return llama_bf16_operand_bytes(c, batch);
   const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, NH = c.n_head, V = c.vocab,
                  BT = B * T;
   // Slot A: the LM head's dlogits (dx and dW of its backward), fcproj's input / fc's dout, or

@@ -28,7 +28,7 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len = 2048
 
 // Predict-only model aliases at GPT-3 sizes (Brown et al. 2020, Table 2.1), vocab 50304:
 // gpt3-1.3b, gpt3-2.7b, gpt3-6.7b, gpt3-13b, gpt3-175b; then every run preset or L,C,H,T,V.
-GptConfig parse_predict_model(const std::string& spec);
+GptConfig parse_predict_model(const std::string& spec, const std::string& arch = "");
 std::vector<std::string> predict_model_aliases();
 
 // Bytes of GptModel's kActivations for `batch` sequences (fp32 activations, int32 tokens),
@@ -45,6 +45,18 @@ const char* activation_formula();
 // holds the largest op(A) / op(B) operand of any matmul of the step (cuda_device.cu).
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch);
 const char* bf16_operand_formula();
+
+// The Llama block's (llama.cc's LlamaModel::Acts, term by term; llama_shape.cc):
+//   per layer: B·T·(8C + 3F) (attention_norm and ffn_norm outputs, qkv after RoPE 3C, attention
+//              output, residual2, residual3, w1|w3 output 2F, SwiGLU output F) + 2·BT (the norms'
+//              rstd) + A (probabilities or lse)
+//   once:      B·T·(8C + 2·KV·hd + 3F) (embedding output, the qkv projection / its gradient,
+//              work, final norm, dresidual, dqkv 3C, dh 2F, dg F) + BT + 2·BTV + A
+// bf16-mixed: the per-layer B·T·(6C + 3F) at 2 bytes plus one layer of them in fp32.
+uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16);
+const char* llama_activation_formula();
+uint64_t llama_bf16_operand_bytes(const GptConfig& c, int batch);
+const char* llama_bf16_operand_formula();
 
 // Model FLOPs of one step for `tokens` tokens: gpt.h's flops_per_step, or 6·Ψ·tokens for a
 // bare count (Kaplan et al. 2020's C ≈ 6N per token).

@@ -21,6 +21,7 @@ json predict_config_json(const PredictConfig& cfg) {
                              {"attention", attention_name(m.config.attention)},
                              {"activation_checkpointing",
                               activation_checkpointing_name(m.config.checkpoint_every)}};
+  if (!m.bare) add_llama_keys(model, m.config);
   return json{{"model", model},
               {"params", m.num_params},
               {"world_size", cfg.world},
@@ -121,6 +122,7 @@ json prediction_json(const Prediction& p) {
 
 json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                          const std::vector<json>& results) {
+  const bool llama = cfg.model->config.arch == ArchKind::kLlama;
   return json{{"schema_version", kSchemaVersion},
               {"suite", "shardbench"},
               {"kind", "prediction"},
@@ -129,9 +131,9 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
               {"config", predict_config_json(cfg)},
               {"cluster", cluster_json(cluster)},
               {"formulas",
-               {{"activations", activation_formula()},
-                {"bf16_operands", bf16_operand_formula()},
-                {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula()},
+               {{"activations", llama ? llama_activation_formula() : activation_formula()},
+                {"bf16_operands", llama ? llama_bf16_operand_formula() : bf16_operand_formula()},
+                {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula(cfg.model->config)},
                 {"hardware_flops", cfg.model->bare ? "6*params*tokens" : hardware_flop_formula()},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "

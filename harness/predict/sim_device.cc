@@ -89,6 +89,26 @@ class SimDevice final : public Device {
                                 const float*, int B, int T, int C, int) override {
     flops(10.0 * B * double(T) * T * C);
   }
+  // The Llama block's elementwise kernels: bytes read and written once, fp32.
+  void rmsnorm_forward(float*, float*, const float*, const float*, int rows, int C) override {
+    memory(8.0 * rows * C);
+  }
+  void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*,
+                        int rows, int C) override {
+    memory(16.0 * rows * C);
+  }
+  void swiglu_forward(float*, const float*, int rows, int F) override { memory(12.0 * rows * F); }
+  void swiglu_backward(float*, const float*, const float*, int rows, int F) override {
+    memory(20.0 * rows * F);
+  }
+  void rope_gqa_forward(float*, const float*, int B, int T, int H, int KV, int hd,
+                        float) override {
+    memory(4.0 * B * T * hd * (H + 2.0 * KV + 3.0 * H));
+  }
+  void rope_gqa_backward(float*, const float*, int B, int T, int H, int KV, int hd,
+                         float) override {
+    memory(4.0 * B * T * hd * (H + 2.0 * KV + 3.0 * H));
+  }
   void embedding_forward(float*, const int*, const float*, const float*, int B, int T,
                          int C) override {
     memory(12.0 * B * T * C);

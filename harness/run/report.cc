@@ -102,15 +102,25 @@ std::string utc_now_iso() {
   return buf;
 }
 
+void add_llama_keys(json& model, const GptConfig& c) {
+  if (c.arch != ArchKind::kLlama) return;
+  model["arch"] = arch_name(c.arch);
+  model["n_kv_head"] = c.kv_heads();
+  model["ffn_hidden"] = c.ffn_hidden;
+  model["rope_theta"] = c.rope_theta;
+}
+
 json config_json(const RunConfig& cfg, const Topology& topo) {
   const auto& o = cfg.options;
   const auto& m = cfg.model;
+  json model = {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
+                {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
+                {"vocab", m.vocab},
+                {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)},
+                {"activation_checkpointing", activation_checkpointing_name(m.checkpoint_every)}};
+  add_llama_keys(model, m);
   return json{
-      {"model", {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
-                 {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
-                 {"vocab", m.vocab},
-                 {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)},
-                 {"activation_checkpointing", activation_checkpointing_name(m.checkpoint_every)}}},
+      {"model", model},
       {"params", count_params(m)},
       {"world_size", topo.world_size()},
       {"ranks_per_node", topo.ranks_per_node()},
@@ -203,7 +213,7 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                      {"samples_per_s", med > 0 ? double(tokens / cfg.model.seq_len) / med : 0},
                      {"tflops", achieved / 1e12},
                      {"mfu", peak > 0 ? achieved / peak : 0},
-                     {"flop_formula", flop_formula()},
+                     {"flop_formula", flop_formula(cfg.model)},
                      {"flops_per_step", flops},
                      {"hfu", peak > 0 && med > 0 ? hw_flops / med / peak : 0},
                      {"hardware_flops_per_step", hw_flops},

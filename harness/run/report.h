@@ -23,6 +23,9 @@ struct Environment {
   int devices = 1;                   // what MFU divides by (cores used on CPU, GPUs)
 };
 
+// The Llama block's shape keys (arch, n_kv_head, ffn_hidden, rope_theta) into a model object;
+// nothing for the GPT-2 block, whose objects stay as before --arch existed.
+void add_llama_keys(nlohmann::json& model, const GptConfig& c);
 nlohmann::json config_json(const RunConfig& cfg, const Topology& topo);
 nlohmann::json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
                            const Environment& env);

@@ -83,6 +83,30 @@ class RunTest(unittest.TestCase):
             for r in doc["results"]:
                 self.assertIsNone(r["memory"]["device"])
 
+    def test_llama_block_runs_end_to_end_and_is_recorded(self):
+        # --arch llama on a spec: the JSON names the block and its shape, the FLOP formula is
+        # the Llama one, every strategy trains the same model (same losses), and the file
+        # validates; the run's own prediction agrees on bytes and model state.
+        out = os.path.join(self.tmp, "llama.json")
+        p = sb("run", "--np", "2", "--model", "2,32,4,16,64", "--arch", "llama",
+               "--strategies", "ddp,zero3,fsdp_full_shard", "--steps", "2", "--warmup", "1",
+               "--peak-gflops", "50", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = load(out)
+        m = doc["config"]["model"]
+        self.assertEqual((m["arch"], m["n_kv_head"], m["ffn_hidden"], m["tied_head"]),
+                         ("llama", 4, 256, False))
+        losses = [r["loss"] for r in doc["results"]]
+        for r in doc["results"]:
+            self.assertEqual(r["status"], "ok", r.get("error"))
+            self.assertIn("KV", r["throughput"]["flop_formula"])
+            for k in ("model_state_params", "payload_bytes", "sent_bytes_intra"):
+                self.assertEqual(r["residuals"]["ratio"][k], 1.0, k)
+            for a, b in zip(r["loss"], losses[0]):
+                self.assertAlmostEqual(a, b, delta=1e-4 * abs(b))
+        v = validate(out)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
     def test_prediction_of_bytes_and_model_state_is_exact(self):
         # The predictor replays the same strategy rules: on a real run its bytes and model-state
         # memory must equal the measurement exactly (ratio 1, residual 0), for every strategy.

@@ -34,6 +34,11 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 # LayerNorms and projection biases (25) that divide by neither 2 nor 3, so at a world of 3 every
 # flat buffer, bucket, unit and most tensor shards are padded and every ring has uneven chunks.
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 ARGS --model=2,25,5,16,59)
+# The Llama block (--arch llama): parity of every strategy against the 1-rank run, closed-form
+# bytes and memory, on llama-tiny (GQA 4 heads on 2) and at a world of 3 on llama-tiny-pad,
+# whose total, units and tensors divide by neither 2 nor 3.
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_llama 2:1 4:2 ARGS --model=llama-tiny)
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_llama_pad 3:1 ARGS --model=llama-tiny-pad)
 # MiCS with partitions other than the node (the runs above use the default, P = G): spanning two
 # nodes (hierarchical all-gather possible, 4:1 with replicas, 4:2 without), and splitting one
 # node in two (replicas inside it); the odd shape at a world of 3 as one partition over 3 nodes.

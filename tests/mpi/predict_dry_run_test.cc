@@ -144,8 +144,11 @@ std::vector<Knobs> knob_cases() {
 }
 
 // Shapes: tiny (28,032 params) and one whose tensor sizes are mostly odd (C = 21, V = 37,
-// T = 9), so worlds of 2..4 pad the shards, buckets and units.
-std::vector<std::string> shapes() { return {"tiny", "3,21,3,9,37"}; }
+// T = 9), so worlds of 2..4 pad the shards, buckets and units; then the Llama block on its tiny
+// preset and on its padding preset (no tensor or unit divides 3).
+std::vector<std::string> shapes() {
+  return {"tiny", "3,21,3,9,37", "llama-tiny", "llama-tiny-pad"};
+}
 
 struct Case {
   std::string shape, strategy;
@@ -154,7 +157,10 @@ struct Case {
 };
 
 std::string case_name(const Case& c) {
-  std::string s = c.shape == "tiny" ? "tiny" : "odd";
+  std::string s = c.shape == "tiny"             ? "tiny"
+                  : c.shape == "llama-tiny"     ? "llama"
+                  : c.shape == "llama-tiny-pad" ? "llamapad"
+                                                : "odd";
   return s + "_" + c.strategy + "_" + c.knobs.name + (c.overlap ? "_overlap" : "_serial");
 }
 

@@ -649,8 +649,8 @@ std::vector<float> download(Device& d, const TrackedBuffer<float>& b) {
 // One tiny-model step on both devices (forward, backward, AdamW, the next forward). With
 // bf16_matmuls the GPU runs kBf16 and `cpu` must be the rounded-operand reference; rounding
 // flips (see Bf16MatmulCpu) then loosen the loss to 1e-4 and the grads to 2e-3 of the largest.
-void check_tiny_step(Device& cpu, Device& gpu, bool bf16_matmuls) {
-  const GptConfig c = parse_model("tiny");
+void check_tiny_step(Device& cpu, Device& gpu, bool bf16_matmuls, const char* preset = "tiny") {
+  const GptConfig c = parse_model(preset);
   const int B = 4, T = c.seq_len;
   MemoryTracker cmem(cpu.allocator()), gmem(gpu.allocator());
   const float slack = bf16_matmuls ? 2.f : 1.f;
@@ -704,6 +704,52 @@ void check_tiny_step(Device& cpu, Device& gpu, bool bf16_matmuls) {
 }
 
 TEST_F(CudaNumerics, TinyModelStepMatchesCpu) { check_tiny_step(*cpu_, *gpu_, false); }
+TEST_F(CudaNumerics, LlamaTinyModelStepMatchesCpu) {
+  check_tiny_step(*cpu_, *gpu_, false, "llama-tiny");
+}
+
+// The Llama block's kernels (llama_ops.cu) against the CPU's: RMSNorm, SwiGLU, RoPE with GQA
+// (positions up to 300 with θ = 500000: the angles are computed in double on both).
+TEST_F(CudaNumerics, LlamaKernelsMatchCpu) {
+  const int rows = 50, C = 200, F = 333;
+  auto x = uniform(size_t(rows) * C, -2, 2, 60), w = uniform(C, 0.5f, 1.5f, 61);
+  std::vector<float> y(size_t(rows) * C), rstd(rows);
+  DeviceArray<float> gx(*gpu_, x), gw(*gpu_, w), gy(*gpu_, y), grstd(*gpu_, rstd);
+  cpu_->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, C);
+  gpu_->rmsnorm_forward(gy.get(), grstd.get(), gx.get(), gw.get(), rows, C);
+  expect_close(y, gy.host(), 1e-4f, 1e-5f, "rmsnorm out");
+  auto dout = uniform(size_t(rows) * C, -1, 1, 62), dx = uniform(size_t(rows) * C, -1, 1, 63),
+       dw = uniform(C, -1, 1, 64);
+  DeviceArray<float> gdout(*gpu_, dout), gdx(*gpu_, dx), gdw(*gpu_, dw);
+  cpu_->rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), rows,
+                         C);
+  gpu_->rmsnorm_backward(gdx.get(), gdw.get(), gdout.get(), gx.get(), gw.get(), grstd.get(), rows,
+                         C);
+  expect_close(dx, gdx.host(), 1e-4f, 1e-4f, "rmsnorm dx (+=)");
+  expect_close(dw, gdw.host(), 1e-4f, 1e-4f, "rmsnorm dw (+=)");
+
+  auto h = uniform(size_t(rows) * 2 * F, -6, 6, 65), gdo = uniform(size_t(rows) * F, -1, 1, 66);
+  std::vector<float> g(size_t(rows) * F), dh(size_t(rows) * 2 * F);
+  DeviceArray<float> gh(*gpu_, h), gg(*gpu_, g), ggdo(*gpu_, gdo), gdh(*gpu_, dh);
+  cpu_->swiglu_forward(g.data(), h.data(), rows, F);
+  gpu_->swiglu_forward(gg.get(), gh.get(), rows, F);
+  expect_close(g, gg.host(), 1e-5f, 1e-6f, "swiglu out");
+  cpu_->swiglu_backward(dh.data(), h.data(), gdo.data(), rows, F);
+  gpu_->swiglu_backward(gdh.get(), gh.get(), ggdo.get(), rows, F);
+  expect_close(dh, gdh.host(), 1e-5f, 1e-6f, "swiglu dh");
+
+  const int B = 2, T = 300, H = 8, KV = 2, hd = 16, in_w = (H + 2 * KV) * hd;
+  auto raw = uniform(size_t(B) * T * in_w, -1, 1, 67);
+  auto dq = uniform(size_t(B) * T * 3 * H * hd, -1, 1, 68);
+  std::vector<float> q(size_t(B) * T * 3 * H * hd), draw(raw.size());
+  DeviceArray<float> graw(*gpu_, raw), gq(*gpu_, q), gdq(*gpu_, dq), gdraw(*gpu_, draw);
+  cpu_->rope_gqa_forward(q.data(), raw.data(), B, T, H, KV, hd, 500000.0f);
+  gpu_->rope_gqa_forward(gq.get(), graw.get(), B, T, H, KV, hd, 500000.0f);
+  expect_close(q, gq.host(), 1e-5f, 1e-6f, "rope_gqa out");
+  cpu_->rope_gqa_backward(draw.data(), dq.data(), B, T, H, KV, hd, 500000.0f);
+  gpu_->rope_gqa_backward(gdraw.get(), gdq.get(), B, T, H, KV, hd, 500000.0f);
+  expect_close(draw, gdraw.host(), 1e-5f, 1e-5f, "rope_gqa dqkv_raw");
+}
 
 #ifdef SB_HAVE_CUDA
 TEST_F(CudaNumerics, TinyModelStepWithBf16MatmulsMatchesTheRoundedReference) {

@@ -273,10 +273,12 @@ TEST(ModelGradCheck, Embedding) {
 // hooks, against differences of the mean loss. The loss comes back as an fp32 of ~4 (one ulp
 // is 5e-7), so signals are made large: parameters at a random "trained-looking" point (every
 // path contributes), per-element steps on the largest-gradient elements, and the derivative
-// along the gradient's own direction (step 0.05 of a unit vector), which must equal |g|.
-void check_model(bool tied, AttentionKind attention = AttentionKind::kFused) {
-  GptConfig c = parse_model("tiny");
-  c.tied_head = tied;
+// along the gradient's own direction (step 0.02 of a unit vector: at 0.05 the Llama block's
+// curvature alone moves it by 2 %), which must equal |g|.
+void check_model(bool tied, AttentionKind attention = AttentionKind::kFused,
+                 const char* preset = "tiny") {
+  GptConfig c = parse_model(preset);
+  c.tied_head = tied && c.arch == ArchKind::kGpt2;  // the Llama block is always untied
   c.attention = attention;
   auto dev = make_cpu_device();
   MemoryTracker mem(dev->allocator());
@@ -328,7 +330,7 @@ void check_model(bool tied, AttentionKind attention = AttentionKind::kFused) {
       EXPECT_NEAR(num, g[i], 1e-4 + 1e-2 * std::abs(g[i])) << what << "[" << i << "]";
     }
     // Along g/|g|: d loss = |g| * eps; a wrong component along g shows here.
-    const double eps = 0.05;
+    const double eps = 0.02;
     std::vector<float> x0(x, x + n);
     for (size_t i = 0; i < n; ++i) x[i] = float(x0[i] + eps * g[i] / norm);
     const double lp = loss();
@@ -342,6 +344,59 @@ void check_model(bool tied, AttentionKind attention = AttentionKind::kFused) {
 TEST(ModelGradCheck, WholeTinyModelTiedHead) { check_model(true); }
 TEST(ModelGradCheck, WholeTinyModelUntiedHead) { check_model(false); }
 TEST(ModelGradCheck, WholeTinyModelNaiveAttention) { check_model(true, AttentionKind::kNaive); }
+TEST(ModelGradCheck, WholeLlamaTinyModel) {
+  check_model(false, AttentionKind::kFused, "llama-tiny");
+}
+TEST(ModelGradCheck, WholeLlamaTinyModelNaiveAttention) {
+  check_model(false, AttentionKind::kNaive, "llama-tiny");
+}
+
+// ---- the Llama block's kernels ----------------------------------------------------------------
+
+TEST(ModelGradCheck, RmsNorm) {
+  auto dev = make_cpu_device();
+  const int rows = 5, C = 37;
+  auto x = uniform(rows * C, -2, 2, 21), w = uniform(C, 0.5, 1.5, 22),
+       r = uniform(rows * C, -1, 1, 23);
+  std::vector<float> y(rows * C), rstd(rows);
+  auto loss = [&] {
+    dev->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, C);
+    return dot(y, r);
+  };
+  loss();
+  std::vector<float> dx(rows * C, 1.0f), dw(C, 0.5f);
+  dev->rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), rows,
+                        C);
+  check_grad("rmsnorm dx", x.data(), x.size(), minus(dx, 1.0f).data(), loss);
+  check_grad("rmsnorm dw", w.data(), w.size(), minus(dw, 0.5f).data(), loss);
+}
+
+TEST(ModelGradCheck, SwiGlu) {
+  auto dev = make_cpu_device();
+  const int rows = 3, F = 29;
+  auto h = uniform(rows * 2 * F, -4, 4, 24), r = uniform(rows * F, -1, 1, 25);
+  std::vector<float> y(rows * F), dh(rows * 2 * F, 7.0f);
+  auto loss = [&] {
+    dev->swiglu_forward(y.data(), h.data(), rows, F);
+    return dot(y, r);
+  };
+  dev->swiglu_backward(dh.data(), h.data(), r.data(), rows, F);
+  check_grad("swiglu dh", h.data(), h.size(), dh.data(), loss, Tol{}, 40);
+}
+
+// RoPE with GQA sharing: 6 query heads on 2 K/V heads (groups of 3), positions up to 6.
+TEST(ModelGradCheck, RopeGqa) {
+  auto dev = make_cpu_device();
+  const int B = 2, T = 7, H = 6, KV = 2, hd = 4, C = H * hd, in_w = (H + 2 * KV) * hd;
+  auto raw = uniform(B * T * in_w, -1, 1, 26), r = uniform(B * T * 3 * C, -1, 1, 27);
+  std::vector<float> y(B * T * 3 * C), draw(B * T * in_w, 5.0f);
+  auto loss = [&] {
+    dev->rope_gqa_forward(y.data(), raw.data(), B, T, H, KV, hd, 10000.0f);
+    return dot(y, r);
+  };
+  dev->rope_gqa_backward(draw.data(), r.data(), B, T, H, KV, hd, 10000.0f);
+  check_grad("rope_gqa dqkv_raw", raw.data(), raw.size(), draw.data(), loss, Tol{}, 40);
+}
 
 }  // namespace
 }  // namespace sb::testing

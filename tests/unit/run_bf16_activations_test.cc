@@ -44,8 +44,9 @@ Step one_step(const GptConfig& c, bool bf16, int steps = 1) {
 }
 
 TEST(ModelBf16Activations, Fp32StorageIsUnchangedAndBf16AgreesToItsPrecision) {
+  for (const char* spec : {"tiny", "llama-tiny"})
   for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused}) {
-    GptConfig c = parse_model("tiny");
+    GptConfig c = parse_model(spec);
     c.attention = att;
     const Step f32 = one_step(c, false), again = one_step(c, false), b16 = one_step(c, true);
     EXPECT_EQ(f32.loss, again.loss);
@@ -58,22 +59,25 @@ TEST(ModelBf16Activations, Fp32StorageIsUnchangedAndBf16AgreesToItsPrecision) {
         norm += std::pow(double(f32.grads[t][i]), 2);
       }
       EXPECT_LT(std::sqrt(diff), 0.03 * std::sqrt(norm) + 1e-7)
-          << "tensor " << t << " " << attention_name(att);
+          << spec << " tensor " << t << " " << attention_name(att);
     }
   }
 }
 
 TEST(ModelBf16Activations, BytesEqualTheClosedFormAndHalveTheMatmulTensors) {
-  for (const char* spec : {"tiny", "3,48,6,20,97"}) {
+  for (const char* spec : {"tiny", "3,48,6,20,97", "llama-tiny", "llama-tiny-pad"}) {
     for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused}) {
       GptConfig c = parse_model(spec);
       c.attention = att;
       const Step f32 = one_step(c, false), b16 = one_step(c, true);
       EXPECT_EQ(f32.activation_bytes, activation_bytes(c, 2, false)) << spec;
       EXPECT_EQ(b16.activation_bytes, activation_bytes(c, 2, true)) << spec;
-      // Independent count: L layers of 16·B·T·C floats go from 4 to 2 bytes, one layer of
-      // them comes back as fp32 work.
-      const uint64_t btc16 = 16ull * 2 * c.seq_len * c.n_embd;
+      // Independent count: L layers of 16·B·T·C floats (the Llama block: B·T·(6C + 3F), its
+      // norms' outputs, qkv, attention output, w1|w3 output and SwiGLU output) go from 4 to 2
+      // bytes, one layer of them comes back as fp32 work.
+      const uint64_t btc16 = c.arch == ArchKind::kLlama
+                                 ? 2ull * c.seq_len * (6ull * c.n_embd + 3ull * c.ffn_hidden)
+                                 : 16ull * 2 * c.seq_len * c.n_embd;
       EXPECT_EQ(f32.activation_bytes - b16.activation_bytes,
                 uint64_t(c.n_layer) * btc16 * 2 - btc16 * 4)
           << spec;

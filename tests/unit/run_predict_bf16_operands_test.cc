@@ -22,9 +22,15 @@ uint64_t enumerated_slot_bytes(const GptConfig& c, int batch) {
     a = std::max(a, op_a);
     b = std::max(b, op_b);
   };
-  // linear layers (in, out): forward x W^T; backward dx = dout W, dW += dout^T x.
-  const std::vector<std::pair<uint64_t, uint64_t>> linears = {
-      {C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, V}};
+  // linear layers (in, out): forward x W^T; backward dx = dout W, dW += dout^T x. The Llama
+  // block's: wq|wk|wv (C + 2 K/V widths), wo, w1|w3 (2F), w2, the head (llama.cc).
+  const uint64_t F = c.ffn_hidden, KVD = uint64_t(c.kv_heads()) * c.head_dim();
+  const std::vector<std::pair<uint64_t, uint64_t>> linears =
+      c.arch == ArchKind::kLlama
+          ? std::vector<std::pair<uint64_t, uint64_t>>{{C, C + 2 * KVD}, {C, C}, {C, 2 * F},
+                                                       {F, C}, {C, V}}
+          : std::vector<std::pair<uint64_t, uint64_t>>{{C, 3 * C}, {C, C}, {C, 4 * C},
+                                                       {4 * C, C}, {C, V}};
   for (auto [in, out] : linears) {
     call(BT * in, out * in);    // forward
     call(BT * out, out * in);   // dx
@@ -45,7 +51,8 @@ uint64_t enumerated_slot_bytes(const GptConfig& c, int batch) {
 
 TEST(Bf16OperandSlots, ClosedFormEqualsTheEnumeratedMatmuls) {
   for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
-    for (const char* model : {"tiny", "small", "gpt2-124m", "gpt2-350m"})
+    for (const char* model :
+         {"tiny", "small", "gpt2-124m", "gpt2-350m", "llama-tiny", "llama2-7b", "llama2-70b"})
       for (int batch : {1, 4, 16}) {
         GptConfig c = parse_model(model);
         c.attention = att;

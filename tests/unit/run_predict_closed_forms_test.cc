@@ -170,7 +170,7 @@ TEST(PredictRing, PartitionGroupsAgreeBetweenClosedFormAndTopologyPaths) {
 
 TEST(PredictActivations, FormulaEqualsWhatGptModelAllocates) {
   for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused}) {
-    for (const char* spec : {"tiny", "small", "3,48,6,20,97"}) {
+    for (const char* spec : {"tiny", "small", "3,48,6,20,97", "llama-tiny", "llama-tiny-pad"}) {
       for (int batch : {1, 3}) {
         GptConfig c = parse_model(spec);
         c.attention = att;

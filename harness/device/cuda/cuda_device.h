@@ -79,6 +79,16 @@ class CudaDevice : public Device {
   void flash_attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv,
                                 const float* out, const float* lse, int B, int T, int C,
                                 int NH) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int rows,
+                       int C) override;
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                        const float* rstd, int rows, int C) override;
+  void swiglu_forward(float* out, const float* h, int rows, int F) override;
+  void swiglu_backward(float* dh, const float* h, const float* dout, int rows, int F) override;
+  void rope_gqa_forward(float* qkv, const float* qkv_raw, int B, int T, int H, int KV, int hd,
+                        float theta) override;
+  void rope_gqa_backward(float* dqkv_raw, const float* dqkv, int B, int T, int H, int KV,
+                         int hd, float theta) override;
   void embedding_forward(float* out, const int* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens,

@@ -252,7 +252,7 @@ __global__ void embedding_forward_kernel(float* out, const int* tokens, const fl
        i += size_t(gridDim.x) * blockDim.x) {
     size_t bt = i / C;
     int c = int(i % C), t = int(bt % T);
-    out[i] = wte[size_t(tokens[bt]) * C + c] + wpe[size_t(t) * C + c];
+    out[i] = wte[size_t(tokens[bt]) * C + c] + (wpe ? wpe[size_t(t) * C + c] : 0.f);
   }
 }
 // Repeated tokens collide, hence atomics (order-dependent rounding, as llm.c's first version).

@@ -1,0 +1,47 @@
+// The Llama block's closed forms for the predictor (model_shape.h): activation bytes as
+// llama.cc allocates them, and the CUDA device's bf16 operand slots for its matmuls.
+#include <algorithm>
+
+#include "harness/predict/model_shape.h"
+
+namespace sb {
+
+uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16) {
+  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer,
+                 H = c.n_head, V = c.vocab, F = c.ffn_hidden, BT = B * T,
+                 KVD = uint64_t(c.kv_heads()) * c.head_dim();
+  const uint64_t att = c.attention == AttentionKind::kFused ? B * H * T : B * H * T * T;
+  const uint64_t saved = BT * (6 * C + 3 * F);  // the six tensors bf16-mixed keeps in bf16
+  const uint64_t floats = L * (2 * BT * C + 2 * BT + att + (bf16 ? 0 : saved)) +
+                          (bf16 ? saved : 0) + BT * (8 * C + 2 * KVD + 3 * F) + BT +
+                          2 * BT * V + att;
+  return 4 * floats + (bf16 ? 2 * L * saved : 0) + 2 * 4 * BT;
+}
+
+const char* llama_activation_formula() {
+  return "4*(L*(B*T*(8*C + 3*F) + 2*B*T + A) + B*T*(8*C + 2*KV*hd + 3*F) + B*T + 2*B*T*V + A) "
+         "+ 8*B*T bytes (fp32); bf16-mixed: B*T*(6*C + 3*F) of each layer's (the norms' "
+         "outputs, qkv after RoPE, attention output, w1|w3 output, SwiGLU output) at 2 bytes "
+         "plus one layer of them in fp32 as work; A = B*H*T (--attention fused) or B*H*T^2 "
+         "(naive). llama.cc's activations kept for backward, one layer of fp32 scratch and "
+         "activation gradients, int32 tokens/targets";
+}
+
+uint64_t llama_bf16_operand_bytes(const GptConfig& c, int batch) {
+  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, H = c.n_head, V = c.vocab,
+                 F = c.ffn_hidden, BT = B * T, KVD = uint64_t(c.kv_heads()) * c.head_dim();
+  // Slot A (op(A)): a linear's input or output gradient, or one sequence's probabilities.
+  const uint64_t probs = c.attention == AttentionKind::kNaive ? H * T * T : 0;
+  const uint64_t a = std::max({BT * V, BT * 2 * F, BT * (C + 2 * KVD), BT * C, probs});
+  // Slot B (op(B)): a weight, or a linear's input in its dW.
+  const uint64_t b = std::max({V * C, 2 * F * C, (C + 2 * KVD) * C, BT * F, BT * C});
+  return 2 * (a + b);
+}
+
+const char* llama_bf16_operand_formula() {
+  return "2*(max(B*T*V, 2*B*T*F, B*T*(C + 2*KV*hd), H*T^2 if --attention naive) + "
+         "max(V*C, 2*F*C, (C + 2*KV*hd)*C, B*T*F)) bytes: the CUDA device's bf16 copies of the "
+         "largest op(A) and op(B) matmul operands (the Llama block)";
+}
+
+}  // namespace sb
