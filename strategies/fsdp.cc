@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "harness/common/check.h"
+#include "strategies/accumulate.h"
 #include "strategies/fsdp_plan.h"
 #include "strategies/strategy.h"
 
@@ -212,18 +213,7 @@ class Fsdp final : public Strategy {
 
   // dst += src (same size and dtype), summed in fp32 and rounded once for bf16.
   void add_into(TypedBuffer& dst, const TypedBuffer& src) {
-    const size_t n = dst.size();
-    if (dst.dtype() == DType::kF32) {
-      ctx_.device.add_inplace(static_cast<float*>(dst.data()),
-                              static_cast<const float*>(src.data()), n);
-      return;
-    }
-    TrackedBuffer<float> a(ctx_.memory, MemCategory::kWorkspace, n), b(ctx_.memory,
-                                                                       MemCategory::kWorkspace, n);
-    ctx_.device.bf16_to_f32(a.data(), static_cast<const uint16_t*>(dst.data()), n);
-    ctx_.device.bf16_to_f32(b.data(), static_cast<const uint16_t*>(src.data()), n);
-    ctx_.device.add_inplace(a.data(), b.data(), n);
-    ctx_.device.f32_to_bf16(static_cast<uint16_t*>(dst.data()), a.data(), n);
+    add_grads(ctx_.device, ctx_.memory, dst.data(), src.data(), dst.size(), dst.dtype());
   }
 
   StrategyDescription desc_;
