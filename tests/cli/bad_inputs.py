@@ -62,6 +62,8 @@ CASES = [
     (["run", "--model", "tiny", "--seed", "-1"], "--seed"),
     (["run", "--model", "tiny", "--prefetch-elements", "-1"], "--prefetch-elements"),
     (["run", "--model", "tiny", "--persist-elements", "1.5"], "--persist-elements"),
+    (["run", "--model", "tiny", "--max-live-elements", "-1"], "--max-live-elements"),
+    (["run", "--model", "tiny", "--model-persist-elements", "1.5"], "--model-persist-elements"),
     (["run", "--model", "tiny", "--np", "0"], "--np"),
     (["run", "--model", "tiny", "--strategies", "ddp,ddp,zero1"], "listed twice"),
     (["run", "--model", "tiny", "--timeout-s", "0.000001"], "--timeout-s"),
