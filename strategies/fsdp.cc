@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "harness/common/check.h"
+#include "strategies/accumulate.h"
 #include "strategies/fsdp_plan.h"
-#include "strategies/grad_sum.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -225,8 +225,8 @@ class Fsdp final : public Strategy {
       U.reduce.wait();
       U.full_grad.reset();
       if (!U.incoming.empty())
-        add_stored(ctx_.device, ctx_.memory, U.grad_shard.data(), U.incoming.data(),
-                   U.grad_shard.size(), U.grad_shard.dtype());
+        add_grads(ctx_.device, ctx_.memory, U.grad_shard.data(), U.incoming.data(),
+                  U.grad_shard.size(), U.grad_shard.dtype());
       U.incoming.reset();
       reducing_.pop_front();
     }

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "strategies/fsdp_plan.h"
-#include "strategies/grad_sum.h"
+#include "strategies/accumulate.h"
 #include "strategies/param_shards.h"
 #include "strategies/strategy.h"
 
@@ -143,7 +143,7 @@ class Fsdp2 final : public Strategy {
     // MiCS: the shard's sum of earlier micro-batches goes into this rank's own block of the
     // input, so the reduce-scatter returns it plus this micro-batch's sum over the partition.
     if (G.holds_sum)
-      add_stored(ctx_.device, ctx_.memory,
+      add_grads(ctx_.device, ctx_.memory,
                  G.reduce_in.at(uint64_t(group_index(desc_.shard_group)) * G.chunk()),
                  G.grad_shard.data(), G.chunk(), G.grad_shard.dtype());
     G.holds_sum = true;

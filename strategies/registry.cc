@@ -17,12 +17,14 @@ struct ZeroScheduleSpec {
   ZeroSchedule schedule;
   ZeroGradReduce grad_reduce;
   uint64_t reuse_distance;
+  bool zero3_coalesced_fetch;
 };
 // shipped: DeepSpeed's defaults (zero/config.py: reduce_scatter, use_multi_rank_bucket_allreduce,
-// stage3_max_reuse_distance 1e9); paper: ZeRO §5 (reduce-scatter; every gather released).
+// stage3_max_reuse_distance 1e9, coalesced fetches); paper: ZeRO §5 (reduce-scatter; every
+// gather released; one all-gather per tensor).
 constexpr ZeroScheduleSpec kZeroSchedules[] = {
-    {ZeroSchedule::kShipped, ZeroGradReduce::kBucketAllReduce, 1'000'000'000},
-    {ZeroSchedule::kPaper, ZeroGradReduce::kReduceScatter, 0},
+    {ZeroSchedule::kShipped, ZeroGradReduce::kBucketAllReduce, 1'000'000'000, true},
+    {ZeroSchedule::kPaper, ZeroGradReduce::kReduceScatter, 0, false},
 };
 }  // namespace
 
@@ -31,6 +33,7 @@ void apply_zero_schedule(ZeroSchedule s, StrategyOptions& o) {
     if (spec.schedule == s) {
       o.zero_grad_reduce = spec.grad_reduce;
       o.reuse_distance = spec.reuse_distance;
+      o.zero3_coalesced_fetch = spec.zero3_coalesced_fetch;
     }
 }
 

@@ -44,6 +44,15 @@ struct StrategyOptions {
   // ZeRO-3 stage3_max_reuse_distance (elements): a tensor used again within it is kept
   // gathered (partitioned_param_coordinator.py __params_to_release); 0 = always release.
   uint64_t reuse_distance = 1'000'000'000;
+  // ZeRO-3 stage3_max_live_parameters: what may be gathered at once bounds the prefetch
+  // (partitioned_param_coordinator.py fetch_sub_module: min(max_live - available, prefetch)).
+  uint64_t max_live_elements = 1'000'000'000;
+  // ZeRO-3 stage3_model_persistence_threshold: the persisted total's cap (parameter_offload.py
+  // mark_persistent_parameters); DeepSpeed's default sys.maxsize.
+  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;
+  // ZeRO-3 fetch: one all-gather per fetch batch (DeepSpeed's all_gather_coalesced, as shipped)
+  // or one per tensor (the paper schedule).
+  bool zero3_coalesced_fetch = true;
   // FSDP2 reshard_after_forward: -1 True (the shard group), 0 False, k >= 1 a post-forward group
   // of k ranks (1 = False, the shard group size = True, else the node); groups prefetched ahead.
   int fsdp2_reshard_after_forward = -1;

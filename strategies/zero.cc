@@ -5,8 +5,10 @@
 // bucket, each rank keeping its owned slice) or as the paper has it (a reduce-scatter); AdamW
 // updates the owned chunks and an all-gather refreshes the full parameters. Stage 1 reduces
 // after backward (reduce_gradients), stage 2 as each bucket completes in the backward hooks.
+// Under gradient accumulation stage 1 reduces at the boundary only, stage 2 every micro-batch.
 #include <memory>
 
+#include "strategies/accumulate.h"
 #include "strategies/buckets.h"
 #include "strategies/strategy.h"
 
@@ -43,6 +45,7 @@ class Zero final : public Strategy {
       } else {
         grad_shards_.emplace_back(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), chunk);
         staging_.emplace_back();
+        incoming_.emplace_back();
       }
       optim_.push_back(std::make_unique<ShardOptimizer>(ctx_.model, b, r * chunk, (r + 1) * chunk,
                                                         o.param_dtype(), o.adamw, o.seed,
@@ -55,9 +58,12 @@ class Zero final : public Strategy {
     gather_params();
   }
 
-  // Gradient accumulation, stage 1 only for now: DeepSpeed's ZeRO-1 reduces at the
-  // accumulation boundary, so the full local grads accumulate until the last micro-batch.
-  bool supports_grad_accum() const override { return stage() == 1; }
+  // Gradient accumulation as DeepSpeed does it (stage_1_and_2.py
+  // reduce_ready_partitions_and_remove_grads reduces when `partition_gradients or
+  // is_gradient_accumulation_boundary()`): stage 1 lets the full local grads accumulate and
+  // reduces at the boundary only; stage 2 reduces every micro-batch and adds the owned slice
+  // into its grad partition (independent_gradient_partition_epilogue: accumulated_grad.add_).
+  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool sync) override { sync_ = sync; }
 
   void on_post_backward(int m) override {
@@ -71,7 +77,7 @@ class Zero final : public Strategy {
   }
 
   void finish_backward() override {
-    if (!sync_) return;  // accumulating (stage 1): nothing was or is reduced
+    if (stage() == 1 && !sync_) return;  // stage 1 accumulating: nothing was or is reduced
     if (stage() == 1) {
       for (size_t b = 0; b < plan_.buckets.size(); ++b) {
         if (!all_reduce())  // the reduce-scatter's output; an all-reduce works in place
@@ -84,8 +90,10 @@ class Zero final : public Strategy {
       if (pending_[b].valid()) pending_[b].wait();
       if (stage() == 2 && !staging_[b].empty()) keep_owned_chunk(int(b));
       if (stage() == 2) staging_[b].reset();
+      if (stage() == 2) land_incoming(int(b));
     }
     left_ = plan_.tensors_left;
+    holds_sum_ = stage() == 2;  // a later micro-batch of this step adds into the partitions
   }
 
   void optimizer_step(int step) override {
@@ -100,6 +108,7 @@ class Zero final : public Strategy {
       if (stage() == 1) ctx_.device.fill_zero(grads_[b].data(), grads_[b].bytes());
     }
     if (stage() == 1) grad_shards_.clear();  // stage 1's shards were reduction outputs only
+    holds_sum_ = false;
     gather_params();
   }
 
@@ -144,18 +153,36 @@ class Zero final : public Strategy {
           ctx_.comm.all_reduce_async(full, plan_.buckets[b].numel, dt, GroupKind::kWorld, tag));
       return;
     }
+    // Stage 2, a later micro-batch: reduce beside the partition, added in once it lands.
+    TypedBuffer* out = &grad_shards_[b];
+    if (holds_sum_) {
+      incoming_[b] = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, dt, out->size());
+      out = &incoming_[b];
+    }
     // after this reduce-scatter each rank holds the summed grads of its chunk of bucket b
-    pending_[b] = maybe_wait(ctx_.comm.reduce_scatter_async(
-        full, grad_shards_[b].data(), grad_shards_[b].size(), dt, GroupKind::kWorld, tag));
+    pending_[b] = maybe_wait(ctx_.comm.reduce_scatter_async(full, out->data(), out->size(), dt,
+                                                            GroupKind::kWorld, tag));
   }
 
-  // Stage 2 with the all-reduce: keep the owned slice of the reduced bucket, drop the rest.
+  // A later micro-batch's reduce-scattered chunk, added into the partition.
+  void land_incoming(int b) {
+    if (incoming_[b].empty()) return;
+    add_grads(ctx_.device, ctx_.memory, grad_shards_[b].data(), incoming_[b].data(),
+              grad_shards_[b].size(), grad_shards_[b].dtype());
+    incoming_[b].reset();
+  }
+
+  // Stage 2 with the all-reduce: keep the owned slice of the reduced bucket (added to the
+  // partition's sum on a later micro-batch), drop the rest.
   void keep_owned_chunk(int b) {
     if (!all_reduce()) return;
     const uint64_t chunk = plan_.buckets[b].shard_size(world());
-    ctx_.device.copy(grad_shards_[b].data(),
-                     staging_[b].at(uint64_t(group_index(GroupKind::kWorld)) * chunk),
-                     grad_shards_[b].bytes());
+    const void* owned = staging_[b].at(uint64_t(group_index(GroupKind::kWorld)) * chunk);
+    if (holds_sum_)
+      add_grads(ctx_.device, ctx_.memory, grad_shards_[b].data(), owned, chunk,
+                grad_shards_[b].dtype());
+    else
+      ctx_.device.copy(grad_shards_[b].data(), owned, grad_shards_[b].bytes());
   }
 
   void release_finished_staging() {
@@ -163,6 +190,7 @@ class Zero final : public Strategy {
       if (!staging_[b].empty() && left_[b] == 0 && pending_[b].valid() && pending_[b].done()) {
         keep_owned_chunk(int(b));
         staging_[b].reset();
+        land_incoming(int(b));
       }
   }
 
@@ -187,10 +215,11 @@ class Zero final : public Strategy {
   BucketPlan plan_;
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<int> left_;
-  std::vector<TypedBuffer> params_, grads_, grad_shards_, staging_;
+  std::vector<TypedBuffer> params_, grads_, grad_shards_, staging_, incoming_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<CommHandle> pending_;
-  bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
+  bool sync_ = true;  // stage 1: this micro-batch reduces (always, without accumulation)
+  bool holds_sum_ = false;  // stage 2: the grad partitions hold this step's sum so far
 };
 
 }  // namespace

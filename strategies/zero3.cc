@@ -1,17 +1,22 @@
 // ZeRO-3 (Rajbhandari et al. 2020 §5.3; DeepSpeed stage 3): every parameter tensor is
 // partitioned on its own over the world. Before each leaf module its tensors are all-gathered
-// (one collective per tensor), with later modules' gathers prefetched while the elements in
-// flight stay under --prefetch-elements; freed after the module, gathered again in backward.
-// Tensors smaller than --persist-elements stay whole on every rank (no gather; refreshed after
-// the step). Gradients are reduce-scattered in buckets of --bucket-mb: each bucket is staged as
+// (as shipped one coalesced all-gather per fetch batch, the paper's schedule one per tensor),
+// later modules' gathers prefetched within --prefetch-elements and --max-live-elements; freed
+// after the module, gathered again in backward. Tensors of at most --persist-elements (within
+// --model-persist-elements in all) stay whole on every rank (no gather; refreshed after the step). Gradients are reduce-scattered in buckets of --bucket-mb: each bucket is staged as
 // N blocks (block r = rank r's partitions of the bucket's tensors), one reduce-scatter each.
 // As DeepSpeed ships it (partitioned_param_coordinator.py __params_to_release), a tensor used
 // again within reuse_distance elements of the recorded trace is not released after a module;
 // the first step records the trace and releases everything. Reuse distance 0 = the paper's.
+// Under gradient accumulation every micro-batch gathers and reduce-scatters as a step does, and
+// the reduced partitions are summed (stage3.py partition_grads: copy at micro_step_id 0, add_
+// after); the trace is reset at every forward (parameter_offload.py _start_of_forward_hook).
+#include <algorithm>
 #include <deque>
 #include <memory>
 
 #include "harness/model/checkpointing.h"
+#include "strategies/accumulate.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -44,10 +49,10 @@ class Zero3 final : public Strategy {
     grad_full_.resize(nt);
     gather_.resize(nt);
     persistent_.resize(nt);
+    mark_persistent();
+    batch_of_.resize(nt);
     for (size_t t = 0; t < nt; ++t) {
       const uint64_t part = flats_[t].shard_size(n);
-      // <=, as partition_parameters.py _convert_to_deepspeed_param marks ds_persist
-      persistent_[t] = ctx_.model.tensors[t].numel <= o.persist_elements;
       shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), part);
       grad_shards_[t] = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), part);
       optim_.push_back(std::make_unique<ShardOptimizer>(ctx_.model, flats_[t], r * part,
@@ -68,7 +73,14 @@ class Zero3 final : public Strategy {
 
   void begin_step() override {
     cursor_ = 0;
-    ++steps_started_;
+    ++passes_;
+    micro_ = 0;
+  }
+  bool supports_grad_accum() const override { return true; }
+  void begin_micro_step(bool) override {
+    if (micro_++ == 0) return;  // begin_step started the first one
+    cursor_ = 0;
+    ++passes_;
   }
   void on_pre_forward(int m) override { fetch(m); }
   void on_pre_backward(int m) override { fetch(m); }
@@ -88,10 +100,12 @@ class Zero3 final : public Strategy {
   void finish_backward() override {
     flush_bucket();
     reap_reductions(true);
+    holds_sum_ = true;  // a later micro-batch of this step adds into the partitions
   }
 
   void optimizer_step(int step) override {
-    const float scale = 1.0f / float(world());
+    holds_sum_ = false;
+    const float scale = mean_grad_scale();
     for (size_t t = 0; t < optim_.size(); ++t)
       optim_[t]->step(shards_[t].data(), grad_shards_[t].data(), grad_shards_[t].dtype(), scale,
                       step);
@@ -116,6 +130,7 @@ class Zero3 final : public Strategy {
 
  protected:
   std::pair<const void*, DType> param_storage(int t) override {
+    land(t);
     if (gather_[t].valid()) gather_[t].wait();
     return {full_[t].data(), full_[t].dtype()};
   }
@@ -127,30 +142,109 @@ class Zero3 final : public Strategy {
   }
 
  private:
-  // Gather m's tensors, then prefetch along the execution order within the element budget.
-  void fetch(int m) {
-    while (cursor_ < exec_.size() && exec_[cursor_] != m) ++cursor_;
-    issue_gathers(m);
-    if (!ctx_.options.overlap) return;
-    // The window ahead (materialised or not) is what counts against the budget.
-    uint64_t window = 0;
-    for (size_t i = cursor_ + 1; i < exec_.size(); ++i) {
-      for (int t : ctx_.model.modules[exec_[i]].tensors)
-        if (!persistent_[t]) window += flats_[t].padded;
-      if (window > ctx_.options.prefetch_elements) break;
-      issue_gathers(exec_[i]);
+  // parameter_offload.py mark_persistent_parameters: in parameter order, a tensor of at most
+  // stage3_param_persistence_threshold elements (<=) persists unless it would take the persisted
+  // total past stage3_model_persistence_threshold (then it is skipped; a smaller later one may
+  // still fit). partition_parameters.py's own rule (_convert_to_deepspeed_param) is dead in
+  // 0.19.6: Init.apply_param_persistence is never set.
+  void mark_persistent() {
+    const auto& o = ctx_.options;
+    uint64_t persisted = 0;
+    persistent_.assign(ctx_.model.tensors.size(), false);
+    for (size_t t = 0; t < ctx_.model.tensors.size(); ++t) {
+      const uint64_t numel = ctx_.model.tensors[t].numel;
+      if (numel > o.model_persist_elements - persisted || numel > o.persist_elements) continue;
+      persistent_[t] = true;
+      persisted += numel;
     }
   }
 
-  void issue_gathers(int m) {
-    for (int t : ctx_.model.modules[m].tensors) {
-      if (persistent_[t] || !full_[t].empty()) continue;
+  // Gather m's tensors (one fetch batch), then prefetch along the execution order: the window
+  // ahead (materialised or not) within the budget, as a second batch.
+  void fetch(int m) {
+    while (cursor_ < exec_.size() && exec_[cursor_] != m) ++cursor_;
+    issue_gathers(ctx_.model.modules[m].tensors);
+    if (!ctx_.options.overlap) return;
+    const uint64_t budget = prefetch_budget();
+    uint64_t window = 0;
+    std::vector<int> ahead;
+    for (size_t i = cursor_ + 1; i < exec_.size(); ++i) {
+      const std::vector<int>& ts = ctx_.model.modules[exec_[i]].tensors;
+      for (int t : ts)
+        if (!persistent_[t]) window += flats_[t].padded;
+      if (window > budget) break;
+      ahead.insert(ahead.end(), ts.begin(), ts.end());
+    }
+    issue_gathers(ahead);
+  }
+
+  // fetch_sub_module: min(stage3_max_live_parameters - elements gathered, prefetch bucket).
+  uint64_t prefetch_budget() const {
+    uint64_t live = 0;
+    for (size_t t = 0; t < full_.size(); ++t)
+      if (!persistent_[t] && (!full_[t].empty() || batch_of_[t])) live += flats_[t].padded;
+    const uint64_t max_live = ctx_.options.max_live_elements;
+    return std::min(ctx_.options.prefetch_elements, max_live > live ? max_live - live : 0);
+  }
+
+  // One fetch: the tensors not yet whole or on their way. As shipped they go as one batch
+  // (__all_gather_params -> all_gather_coalesced: one all-gather of every partition back to
+  // back; a lone tensor is gathered directly, _all_gather_sequential); the paper, one each.
+  void issue_gathers(const std::vector<int>& tensors) {
+    std::vector<int> need;
+    for (int t : tensors)
+      if (!persistent_[t] && full_[t].empty() && !batch_of_[t] &&
+          std::find(need.begin(), need.end(), t) == need.end())
+        need.push_back(t);
+    if (need.size() > 1 && ctx_.options.zero3_coalesced_fetch) return issue_batch(need);
+    for (int t : need) {
       full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
                              flats_[t].padded);
       // after this all-gather every rank holds tensor t whole
       gather_[t] = maybe_wait(ctx_.comm.all_gather_async(
           shards_[t].data(), full_[t].data(), shards_[t].size(), shards_[t].dtype(),
           GroupKind::kWorld, ctx_.model.tensors[t].name));
+    }
+  }
+
+  // _all_gather_dtype: this rank's partitions concatenated into its block of one flat buffer,
+  // gathered in place; AllGatherCoalescedHandle.wait then copies each tensor out whole.
+  void issue_batch(const std::vector<int>& need) {
+    const int n = world(), r = group_index(GroupKind::kWorld);
+    auto b = std::make_shared<FetchBatch>();
+    b->tensors = need;
+    for (int t : need) b->block += flats_[t].shard_size(n);
+    const DType dt = shards_[need[0]].dtype();
+    b->flat = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, dt, b->block * n);
+    uint64_t at = uint64_t(r) * b->block;
+    for (int t : need) {
+      ctx_.device.copy(b->flat.at(at), shards_[t].data(), shards_[t].bytes());
+      at += shards_[t].size();
+      batch_of_[t] = b;
+    }
+    // after this all-gather every rank holds every partition of the batch's tensors
+    b->handle = maybe_wait(ctx_.comm.all_gather_async(b->flat.at(uint64_t(r) * b->block),
+                                                      b->flat.data(), b->block, dt,
+                                                      GroupKind::kWorld, "fetch_batch"));
+  }
+
+  // Complete the batch tensor t arrives in (if any): every tensor of it copied out whole.
+  void land(int t) {
+    if (!batch_of_[t]) return;
+    const std::shared_ptr<FetchBatch> b = batch_of_[t];
+    b->handle.wait();
+    const int n = world();
+    const size_t eb = dtype_bytes(b->flat.dtype());
+    uint64_t off = 0;  // the tensor's partition within each rank's block
+    for (int u : b->tensors) {
+      const uint64_t part = flats_[u].shard_size(n);
+      full_[u] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, b->flat.dtype(),
+                             flats_[u].padded);
+      for (int q = 0; q < n; ++q)
+        ctx_.device.copy(full_[u].at(uint64_t(q) * part), b->flat.at(uint64_t(q) * b->block + off),
+                         part * eb);
+      off += part;
+      batch_of_[u].reset();
     }
   }
 
@@ -178,8 +272,8 @@ class Zero3 final : public Strategy {
   }
 
   void release(int m) {
-    // The first step records the trace (DeepSpeed releases every tensor while it records).
-    const bool traced = steps_started_ > 1 && cursor_ < exec_.size() && exec_[cursor_] == m;
+    // The first forward/backward records the trace (DeepSpeed releases every tensor then).
+    const bool traced = passes_ > 1 && cursor_ < exec_.size() && exec_[cursor_] == m;
     for (int t : traced ? release_at_[cursor_] : ctx_.model.modules[m].tensors) release_tensor(t);
     reap_reductions(false);
   }
@@ -190,6 +284,7 @@ class Zero3 final : public Strategy {
 
   void release_tensor(int t) {
     if (persistent_[t]) return;
+    land(t);
     if (gather_[t].valid()) gather_[t].wait();
     gather_[t] = CommHandle();
     full_[t].reset();
@@ -233,7 +328,11 @@ class Zero3 final : public Strategy {
       uint64_t at = 0;
       const size_t eb = dtype_bytes(red.out.dtype());
       for (int t : red.tensors) {
-        ctx_.device.copy(grad_shards_[t].data(), red.out.at(at), grad_shards_[t].size() * eb);
+        if (holds_sum_)
+          add_grads(ctx_.device, ctx_.memory, grad_shards_[t].data(), red.out.at(at),
+                    grad_shards_[t].size(), grad_shards_[t].dtype());
+        else
+          ctx_.device.copy(grad_shards_[t].data(), red.out.at(at), grad_shards_[t].size() * eb);
         at += grad_shards_[t].size();
       }
       reductions_.pop_front();
@@ -252,6 +351,12 @@ class Zero3 final : public Strategy {
     for (auto& h : hs) h.wait();
   }
 
+  struct FetchBatch {
+    std::vector<int> tensors;
+    uint64_t block = 0;  // elements of each rank's block: the tensors' partitions back to back
+    TypedBuffer flat;
+    CommHandle handle;
+  };
   struct Reduction {
     std::vector<int> tensors;
     TypedBuffer staging, out;
@@ -263,12 +368,15 @@ class Zero3 final : public Strategy {
   std::vector<FlatLayout> flats_;
   std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_;
   std::vector<CommHandle> gather_;
+  std::vector<std::shared_ptr<FetchBatch>> batch_of_;  // per tensor: the batch it arrives in
   std::vector<bool> persistent_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<int> exec_;
   std::vector<std::vector<int>> release_at_;  // per trace position: tensors released after it
   size_t cursor_ = 0;
-  int steps_started_ = 0;
+  int passes_ = 0;  // forward/backward passes started (micro-batches over all steps)
+  int micro_ = 0;   // micro-batches started in this step
+  bool holds_sum_ = false;  // the grad partitions hold this step's sum so far
   std::vector<int> bucket_;
   uint64_t bucket_elems_ = 0;
   std::deque<Reduction> reductions_;

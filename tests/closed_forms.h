@@ -199,13 +199,29 @@ inline Bytes mics_bytes(const ModelLayout& l, double bp, double bg, double N, do
   return b;
 }
 
+// ZeRO-3's persistent tensors (DeepSpeed parameter_offload.py mark_persistent_parameters): in
+// parameter order, numel <= persist unless it would take the persisted total past model_persist.
+inline std::vector<bool> zero3_persistent(const ModelLayout& l, uint64_t persist,
+                                          uint64_t model_persist = UINT64_MAX) {
+  std::vector<bool> out(l.tensors.size(), false);
+  uint64_t total = 0;
+  for (size_t t = 0; t < l.tensors.size(); ++t) {
+    const uint64_t n = l.tensors[t].numel;
+    if (n > persist || total + n > model_persist) continue;
+    out[t] = true;
+    total += n;
+  }
+  return out;
+}
+
 inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precision precision,
                             uint64_t persist_elements, double N, double G,
                             ZeroGradReduce reduce = StrategyOptions{}.zero_grad_reduce,
                             uint64_t reuse_distance = StrategyOptions{}.reuse_distance,
                             int fsdp2_reshard_after_forward = -1, double P = 0,
                             bool hierarchical = false,
-                            bool ddp_bf16_params = false) {
+                            bool ddp_bf16_params = false,
+                            uint64_t model_persist = UINT64_MAX) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
@@ -230,9 +246,10 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
     const bool once = reuse_distance >= trace;
     if (!once && reuse_distance != 0) throw std::invalid_argument("no closed form: reuse distance");
     double sum = 0;
+    const std::vector<bool> persistent = zero3_persistent(l, persist_elements, model_persist);
     for (size_t t = 0; t < l.tensors.size(); ++t) {
       const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
-      const bool persist = l.tensors[t].numel <= persist_elements;
+      const bool persist = persistent[t];
       const double gathers = 2.0 * uses[t] + (recomputed_segment(l, l.tensors[t].segment) ? 1 : 0);
       sum += pad * (bg + (persist ? bp : (once ? 1.0 : gathers) * bp));
     }
@@ -273,7 +290,8 @@ struct ModelState {
 inline ModelState expected_state(const std::string& s, const ModelLayout& l, Precision precision,
                                  uint64_t persist_elements, uint64_t N, uint64_t G,
                                  uint64_t P = 0,
-                                 bool ddp_bf16_params = false) {
+                                 bool ddp_bf16_params = false,
+                                 uint64_t model_persist = UINT64_MAX) {
   const uint64_t bp = uint64_t(param_bytes(precision)), bg = bp;
   const uint64_t K = precision == Precision::kFp32 ? 8 : 12;
   const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
@@ -285,9 +303,10 @@ inline ModelState expected_state(const std::string& s, const ModelLayout& l, Pre
   if (s == "zero2") return {bp * psi_n, bg * psi_n / N, K * psi_n / N};
   if (s == "zero3") {
     uint64_t pad = 0, persistent = 0;
-    for (const auto& t : l.tensors) {
-      pad += round_up(t.numel, N);
-      if (t.numel <= persist_elements) persistent += round_up(t.numel, N);  // whole: params only
+    const std::vector<bool> persists = zero3_persistent(l, persist_elements, model_persist);
+    for (size_t t = 0; t < l.tensors.size(); ++t) {
+      pad += round_up(l.tensors[t].numel, N);
+      if (persists[t]) persistent += round_up(l.tensors[t].numel, N);  // whole: params only
     }
     return {bp * (pad / N + persistent), bg * pad / N, K * pad / N};
   }

@@ -20,7 +20,7 @@ using nlohmann::json;
 // zero_optimization keys that change nothing the suite models (listed as ignored in the result).
 const std::set<std::string> kZeroIgnored = {
     "contiguous_gradients", "allgather_bucket_size", "load_from_fp32_weights",
-    "stage3_max_live_parameters", "stage3_model_persistence_threshold", "sub_group_size",
+    "sub_group_size",
     "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint",
     "ignore_unused_parameters", "memory_efficient_linear"};
 // Top-level keys that change nothing the suite models.
@@ -71,6 +71,9 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
   o.prefetch_elements = 50'000'000;
   o.persist_elements = 100'000;
   o.reuse_distance = 1'000'000'000;
+  o.max_live_elements = 1'000'000'000;                  // stage3_max_live_parameters
+  o.model_persist_elements = 9'223'372'036'854'775'807ULL;  // sys.maxsize
+  o.zero3_coalesced_fetch = true;
   o.overlap = d.stage == 3;
   for (const auto& [k, v] : z.items()) {
     const std::string key = "zero_optimization." + k;
@@ -93,6 +96,10 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
       o.persist_elements = get_count(v, key, path);
     } else if (k == "stage3_max_reuse_distance") {
       o.reuse_distance = get_count(v, key, path);
+    } else if (k == "stage3_max_live_parameters") {
+      o.max_live_elements = get_count(v, key, path);
+    } else if (k == "stage3_model_persistence_threshold") {
+      o.model_persist_elements = get_count(v, key, path);
     } else if (k == "allgather_partitions") {
       if (!get<bool>(v, key, path, "true|false"))
         fail(path, key, "false (broadcasts) is not yet supported; allowed: true");
@@ -122,11 +129,6 @@ void apply_top_level(const json& top, const std::string& path, DsConfig& d) {
     } else if (k == "gradient_accumulation_steps") {  // micro-batches per step: --grad-accum
       const uint64_t steps = get_count(v, k, path);
       if (steps < 1 || steps > 4096) fail(path, k, fmt::format("{}: allowed 1..4096", v.dump()));
-      // ZeRO-2/3 reduce every micro-batch into the owned partition (stage_1_and_2.py
-      // average_tensor, stage3.py); that accumulation is not implemented yet.
-      if (steps > 1 && d.stage != 1)
-        fail(path, k, fmt::format("{} with zero_optimization.stage {} is not yet supported; "
-                                  "allowed: 1, or any count with stage 1", v.dump(), d.stage));
       o.grad_accum = int(steps);
     } else if (kTopIgnored.count(k)) {
       d.applied.ds_config_ignored.push_back(k);

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/cli/ds_config.h"
 #include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/model/checkpointing.h"
@@ -31,8 +32,12 @@ struct PredictArgs {
   std::string cluster = "dgx-h100";
   double bucket_mb = 25;
   uint64_t persist_elements = 0;
+  uint64_t max_live_elements = 1'000'000'000;
+  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;
   uint64_t prefetch_elements = 50'000'000;
   std::string zero_schedule = "shipped";
+  std::string ds_config;  // a DeepSpeed config JSON, read as `run --ds-config` reads it
+  int grad_accum = 1;
   std::string backward_prefetch = "pre";
   bool forward_prefetch = false;
   std::string overlap = "on";
@@ -115,6 +120,8 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.wrap = a.wrap;
   o.bucket_mb = a.bucket_mb;
   o.persist_elements = a.persist_elements;
+  o.max_live_elements = a.max_live_elements;
+  o.model_persist_elements = a.model_persist_elements;
   o.prefetch_elements = a.prefetch_elements;
   o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
                         : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
@@ -129,7 +136,24 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical;
+  require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
+          "1..4096");
+  o.grad_accum = a.grad_accum;
   return cfg;
+}
+
+// --ds-config: the file's knobs over the flags', exactly as `run` applies them (ds_config.cc);
+// returns the strategies to predict (the file's stage picks the ZeRO one).
+std::vector<std::string> apply_ds_config(const PredictArgs& a, PredictConfig& cfg) {
+  const std::vector<std::string> listed = parse_strategy_list(a.strategies);
+  if (a.ds_config.empty()) return listed;
+  require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
+          "shipped with --ds-config (the file configures DeepSpeed as shipped)");
+  RunConfig run;
+  run.options = cfg.options;
+  const DsConfig d = read_ds_config(a.ds_config, run);
+  cfg.options = d.applied.options;
+  return ds_config_strategies(d.stage, listed, a.strategies == "all");
 }
 
 void write_document(const std::string& path, const nlohmann::json& doc) {
@@ -276,7 +300,17 @@ void add_predict_command(CLI::App& app) {
   p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
       ->transform(whole_number(1))
       ->capture_default_str();
+  p->add_option("--max-live-elements", a.max_live_elements, "ZeRO-3 stage3_max_live_parameters")
+      ->transform(whole_number(0))
+      ->capture_default_str();
+  p->add_option("--model-persist-elements", a.model_persist_elements,
+                "ZeRO-3 stage3_model_persistence_threshold")
+      ->transform(whole_number(0))
+      ->capture_default_str();
   p->add_option("--zero-schedule", a.zero_schedule, "ZeRO: shipped | paper")
+      ->capture_default_str();
+  p->add_option("--ds-config", a.ds_config, "DeepSpeed config JSON (as run --ds-config)");
+  p->add_option("--grad-accum", a.grad_accum, "Micro-batches of --batch per optimizer step")
       ->capture_default_str();
   p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
       ->capture_default_str();
@@ -318,8 +352,8 @@ int predict_command() {
     fmt::print("{}\n", cluster_json(cl).dump(2));
     return 0;
   }
-  const PredictConfig cfg = to_config(a, cl);
-  const std::vector<std::string> names = parse_strategy_list(a.strategies);
+  PredictConfig cfg = to_config(a, cl);
+  const std::vector<std::string> names = apply_ds_config(a, cfg);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
   if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
   if (a.fit) return run_fit(cfg, cl, names, a);

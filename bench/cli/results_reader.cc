@@ -26,7 +26,9 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"device", "cpu"},           {"zero_grad_reduce", "bucket_all_reduce"},
       {"reuse_distance", 1000000000}, {"grad_accum", 1},        {"fsdp_no_sync", true},
       {"fsdp2_reshard_after_forward", true}, {"fsdp2_prefetch", 1}, {"mics_shard_size", 0},
-      {"mics_hierarchical_params_gather", false}, {"fsdp_use_orig_params", false}};
+      {"mics_hierarchical_params_gather", false}, {"fsdp_use_orig_params", false},
+      {"max_live_elements", 1000000000}, {"model_persist_elements", 9223372036854775807LL},
+      {"zero3_fetch", "coalesced"}};
   return k;
 }
 

@@ -55,6 +55,14 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
       ->transform(whole_number(0))
       ->capture_default_str();
+  app->add_option("--max-live-elements", a.max_live_elements,
+                  "ZeRO-3 stage3_max_live_parameters: gathered elements the prefetch stays under")
+      ->transform(whole_number(0))
+      ->capture_default_str();
+  app->add_option("--model-persist-elements", a.model_persist_elements,
+                  "ZeRO-3 stage3_model_persistence_threshold: cap on all persistent elements")
+      ->transform(whole_number(0))
+      ->capture_default_str();
   app->add_option("--zero-schedule", a.zero_schedule,
                   "ZeRO schedule: shipped (DeepSpeed's defaults) | paper (reduce-scatter, "
                   "always release)")
@@ -295,6 +303,8 @@ RunConfig to_run_config(const RunArgs& a) {
   o.overlap = a.overlap == "on";
   o.prefetch_elements = a.prefetch_elements;
   o.persist_elements = a.persist_elements;
+  o.max_live_elements = a.max_live_elements;
+  o.model_persist_elements = a.model_persist_elements;
   o.fsdp2_reshard_after_forward = raf == "true" ? -1 : raf == "false" ? 0 : std::stoi(raf);
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.adamw.lr = float(a.lr);

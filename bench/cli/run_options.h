@@ -35,6 +35,8 @@ struct RunArgs {
   double lr = 1e-3;
   uint64_t prefetch_elements = 50'000'000;
   uint64_t persist_elements = 0;
+  uint64_t max_live_elements = 1'000'000'000;                  // stage3_max_live_parameters
+  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;  // stage3_model_persistence_threshold
   std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
   std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
   std::string fsdp2_reshard_after_forward = "true";  // true | false | K

@@ -28,6 +28,7 @@ json predict_config_json(const PredictConfig& cfg) {
               {"ranks_per_node", cfg.ranks_per_node},
               {"num_nodes", cfg.world / std::max(1, cfg.ranks_per_node)},
               {"batch_per_rank", cfg.batch_per_rank},
+              {"grad_accum", o.grad_accum},
               {"seq_len", m.config.seq_len},
               {"precision", precision_name(o.precision)},
               {"wrap", o.wrap},
@@ -39,6 +40,9 @@ json predict_config_json(const PredictConfig& cfg) {
               {"persist_elements", o.persist_elements},
               {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
               {"reuse_distance", o.reuse_distance},
+              {"max_live_elements", o.max_live_elements},
+              {"model_persist_elements", o.model_persist_elements},
+              {"zero3_fetch", o.zero3_coalesced_fetch ? "coalesced" : "per_tensor"},
               {"mem_limit_gb", cfg.mem_limit_gb}};
 }
 

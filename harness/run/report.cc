@@ -151,6 +151,9 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"persist_elements", o.persist_elements},
       {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
       {"reuse_distance", o.reuse_distance},
+      {"max_live_elements", o.max_live_elements},
+      {"model_persist_elements", o.model_persist_elements},
+      {"zero3_fetch", o.zero3_coalesced_fetch ? "coalesced" : "per_tensor"},
       {"ds_config", cfg.ds_config},
       {"ds_config_ignored", cfg.ds_config_ignored},
       {"fsdp2_reshard_after_forward", o.fsdp2_reshard_after_forward < 0    ? nlohmann::json(true)

@@ -191,6 +191,25 @@ class RunTest(unittest.TestCase):
         self.assertEqual((c["precision"], c["backward_prefetch"], c["limit_all_gathers"],
                           c["fsdp_use_orig_params"], c["fsdp_config_ignored"]),
                          ("fp32", "none", False, False, []))
+    def test_ds_config_zero2_accumulation_reduces_every_micro_batch(self):
+        # stage 2 with gradient_accumulation_steps 3 (tiny is one 5e8-element bucket): the
+        # bucket all-reduce on each of the 3 micro-batches, then one all-gather; `predict` with
+        # the same file dry-runs the same schedule.
+        cfg, _, doc = self.run_ds_config("zero2_grad_accum.json")
+        self.assertEqual(doc["config"]["grad_accum"], 3)
+        r = doc["results"][0]
+        self.assertEqual((r["strategy"], r["status"]), ("zero2", "ok"), r.get("error"))
+        self.assertEqual(r["comm"]["per_step"]["collectives"], 3 + 1)
+        pred = os.path.join(self.tmp, "ds-predict.json")
+        p = sb("predict", "--model", "tiny", "--world", "2", "--ranks-per-node", "2",
+               "--ds-config", cfg, "--json", pred)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        pd = load(pred)
+        self.assertEqual(pd["config"]["grad_accum"], 3)
+        self.assertEqual([x["strategy"] for x in pd["results"]], ["zero2"])
+        self.assertEqual(pd["results"][0]["comm"]["per_step"]["collectives"], 3 + 1)
+        self.assertEqual(pd["results"][0]["comm"]["per_step"]["payload_bytes"],
+                         r["comm"]["per_step"]["payload_bytes"])
 
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)

@@ -53,6 +53,20 @@ std::vector<Knobs> knob_cases() {
          c.options.bucket_mb = 0.004;
        },
        "zero"},
+      {"zero3_live0_model_persist100_per_tensor",
+       [](RunConfig& c) {
+         c.options.max_live_elements = 0;
+         c.options.persist_elements = 100;
+         c.options.model_persist_elements = 100;
+         c.options.zero3_coalesced_fetch = false;
+       },
+       "zero3"},
+      {"zero3_live3000_persist100",
+       [](RunConfig& c) {
+         c.options.max_live_elements = 3000;
+         c.options.persist_elements = 100;
+       },
+       "zero3"},
       {"fsdp2_node_prefetch2",
        [](RunConfig& c) {
          c.options.fsdp2_reshard_after_forward = run_env().topo.ranks_per_node();
@@ -135,6 +149,13 @@ std::vector<Knobs> knob_cases() {
          c.options.precision = Precision::kBf16Mixed;
        },
        "mics"},
+      {"accum_k2_zero_paper_small_buckets",  // ZeRO-2's reduce-scatter beside the partition
+       [](RunConfig& c) {
+         c.options.grad_accum = 2;
+         c.options.bucket_mb = 0.004;
+         apply_zero_schedule(ZeroSchedule::kPaper, c.options);
+       },
+       "zero"},
       {"ddp_bf16_params",
        [](RunConfig& c) {
          c.options.precision = Precision::kBf16Mixed;
@@ -174,7 +195,8 @@ std::vector<Case> cases() {
         if (s.rfind(k.only, 0) != 0) continue;  // a family's own knobs change nothing elsewhere
         if (k.name.rfind("ddp_", 0) == 0 && s != "ddp") continue;  // read by ddp only
         // accumulation as the strategies that support it (the others end with a clear error)
-        if (k.name.rfind("accum_", 0) == 0 && s.rfind("fsdp_", 0) != 0 && s != "zero1") continue;
+        if (k.name.rfind("accum_", 0) == 0 && s.rfind("fsdp_", 0) != 0 && s.rfind("zero", 0) != 0)
+          continue;
         for (bool overlap : {false, true}) v.push_back({shape, s, k, overlap});
       }
   return v;

@@ -1,13 +1,13 @@
-// dst += src for fp32 or bf16 buffers (see header).
-#include "strategies/grad_sum.h"
+// dst += src for gradient accumulation (see accumulate.h).
+#include "strategies/accumulate.h"
 
 #include "harness/memory/typed_buffer.h"
 
 namespace sb {
 
-void add_stored(Device& device, MemoryTracker& memory, void* dst, const void* src, size_t n,
-                DType dtype) {
-  if (dtype == DType::kF32) {
+void add_grads(Device& device, MemoryTracker& memory, void* dst, const void* src, size_t n,
+               DType t) {
+  if (t == DType::kF32) {
     device.add_inplace(static_cast<float*>(dst), static_cast<const float*>(src), n);
     return;
   }
