@@ -60,7 +60,8 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
                "forward_prefetch", "limit_all_gathers", "overlap", "prefetch_elements",
                "persist_elements", "matmul_precision", "zero_grad_reduce", "reuse_distance",
                "grad_accum", "ddp", "fsdp_no_sync", "fsdp2_reshard_after_forward",
-               "fsdp2_prefetch", "mics_shard_size", "mics_hierarchical_params_gather"]
+               "fsdp2_prefetch", "mics_shard_size", "mics_hierarchical_params_gather",
+               "zero_hpz_partition_size", "zero_quantized_weights"]
 # What a key missing from an older file meant (files before matmul_precision computed every
 # matmul in fp32; files before zero_grad_reduce ran the ZeRO paper's schedule: reduce-scatter,
 # every ZeRO-3 gather released; files before grad_accum ran one micro-batch per step). Files
@@ -69,7 +70,8 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
 CONFIG_DEFAULTS = {"matmul_precision": "fp32", "zero_grad_reduce": "reduce_scatter",
                    "reuse_distance": 0, "grad_accum": 1, "fsdp_no_sync": True,
                    "fsdp2_reshard_after_forward": True, "fsdp2_prefetch": 1, "mics_shard_size": 0,
-                   "mics_hierarchical_params_gather": False}
+                   "mics_hierarchical_params_gather": False, "zero_hpz_partition_size": 1,
+                   "zero_quantized_weights": False}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

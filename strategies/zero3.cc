@@ -8,9 +8,14 @@
 // As DeepSpeed ships it (partitioned_param_coordinator.py __params_to_release), a tensor used
 // again within reuse_distance elements of the recorded trace is not released after a module;
 // the first step records the trace and releases everything. Reuse distance 0 = the paper's.
+// ZeRO++ (Wang et al. 2023; DeepSpeed zero_hpz_partition_size, zero_quantized_weights): hpZ keeps
+// a node-local secondary partition of each tensor when it is released, and gathers from it inside
+// the node until the optimizer step invalidates it; qwZ moves int8 codes + fp32 block scales.
 #include <deque>
 #include <memory>
+#include <stdexcept>
 
+#include "strategies/quantize.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -40,6 +45,8 @@ class Zero3 final : public Strategy {
     shards_.resize(nt);
     grad_shards_.resize(nt);
     full_.resize(nt);
+    secondary_.resize(nt);
+    quant_.resize(nt);
     grad_full_.resize(nt);
     gather_.resize(nt);
     persistent_.resize(nt);
@@ -61,6 +68,7 @@ class Zero3 final : public Strategy {
     for (int m = int(ctx_.model.modules.size()) - 1; m >= 0; --m) exec_.push_back(m);
     plan_releases();
     refresh_persistent();
+    check_hpz();
   }
 
   void begin_step() override {
@@ -92,6 +100,8 @@ class Zero3 final : public Strategy {
     for (size_t t = 0; t < optim_.size(); ++t)
       optim_[t]->step(shards_[t].data(), grad_shards_[t].data(), grad_shards_[t].dtype(), scale,
                       step);
+    // stage3.py _post_step -> invalidate_secondary_tensor: the updated shards make them stale
+    for (TypedBuffer& s : secondary_) s.reset();
     refresh_persistent();
   }
 
@@ -113,7 +123,7 @@ class Zero3 final : public Strategy {
 
  protected:
   std::pair<const void*, DType> param_storage(int t) override {
-    if (gather_[t].valid()) gather_[t].wait();
+    settle(t);
     return {full_[t].data(), full_[t].dtype()};
   }
   std::pair<void*, DType> grad_storage(int t) override {
@@ -144,11 +154,63 @@ class Zero3 final : public Strategy {
       if (persistent_[t] || !full_[t].empty()) continue;
       full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
                              flats_[t].padded);
+      // hpZ (partition_parameters.py all_gather_coalesced): a tensor with a secondary partition
+      // is gathered from it over zero_param_process_group, the node
+      const bool secondary = !secondary_[t].empty();
+      TypedBuffer& in = secondary ? secondary_[t] : shards_[t];
+      const GroupKind over = secondary ? GroupKind::kIntra : GroupKind::kWorld;
+      if (ctx_.options.zero_quantized_weights) {
+        gather_quantized(t, in, over);
+        continue;
+      }
       // after this all-gather every rank holds tensor t whole
-      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(
-          shards_[t].data(), full_[t].data(), shards_[t].size(), shards_[t].dtype(),
-          GroupKind::kWorld, ctx_.model.tensors[t].name));
+      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(in.data(), full_[t].data(), in.size(),
+                                                         in.dtype(), over,
+                                                         ctx_.model.tensors[t].name));
     }
+  }
+
+  // qwZ (partition_parameters.py _all_gather_sequential with quantize: one tensor per gather):
+  // the int8 codes of my partition, then its fp32 block scales, each all-gathered; settle()
+  // dequantises every rank's block into the gathered tensor.
+  void gather_quantized(int t, TypedBuffer& in, GroupKind over) {
+    Quantized& q = quant_[t];
+    const uint64_t n = in.size(), ranks = uint64_t(group_size(over));
+    const uint64_t me = uint64_t(group_index(over));
+    q.blocks = qwz_blocks(n);
+    q.codes = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kI8, n * ranks);
+    q.scales = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kF32, q.blocks * ranks);
+    quantize_int8(ctx_.device, in.data(), in.dtype(), n, q.blocks, q.codes.at(me * n),
+                  q.scales.at(me * q.blocks));
+    const std::string& name = ctx_.model.tensors[t].name;
+    // after these all-gathers every rank holds every rank's codes and scales of tensor t
+    gather_[t] = maybe_wait(ctx_.comm.all_gather_async(q.codes.at(me * n), q.codes.data(), n,
+                                                       DType::kI8, over, name));
+    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(
+        q.scales.at(me * q.blocks), q.scales.data(), q.blocks, DType::kF32, over, name + ".scales"));
+  }
+
+  // Waits for tensor t's gather; a quantised one is dequantised into full_[t] here.
+  void settle(int t) {
+    if (gather_[t].valid()) gather_[t].wait();
+    gather_[t] = CommHandle();
+    Quantized& q = quant_[t];
+    if (!q.scale_gather.valid()) return;
+    q.scale_gather.wait();
+    const uint64_t ranks = q.scales.size() / q.blocks;
+    dequantize_int8(ctx_.device, q.codes.data(), q.scales.data(), q.codes.size() / ranks,
+                    q.blocks, ranks, full_[t].data(), full_[t].dtype());
+    q = Quantized();
+  }
+
+  // hpZ's secondary group is the node (DeepSpeed's groups of zero_hpz_partition_size consecutive
+  // ranks, as its tutorial sets it: the GPUs of a node).
+  void check_hpz() const {
+    const int k = ctx_.options.zero_hpz_partition_size;
+    if (k > 1 && k != group_size(GroupKind::kIntra))
+      throw std::invalid_argument("--zero-hpz-partition-size " + std::to_string(k) +
+                                  ": must be 1 or the ranks per node (" +
+                                  std::to_string(group_size(GroupKind::kIntra)) + ")");
   }
 
   // For each trace position i, which of its tensors are released after it: those whose next use
@@ -187,9 +249,19 @@ class Zero3 final : public Strategy {
 
   void release_tensor(int t) {
     if (persistent_[t]) return;
-    if (gather_[t].valid()) gather_[t].wait();
-    gather_[t] = CommHandle();
+    settle(t);
+    if (ctx_.options.zero_hpz_partition_size > 1 && secondary_[t].empty() && !full_[t].empty())
+      keep_secondary(t);
     full_[t].reset();
+  }
+
+  // _partition_param_sec: my slice of the gathered tensor over the node (padded / G elements at
+  // my local rank), kept until the optimizer step.
+  void keep_secondary(int t) {
+    const uint64_t G = uint64_t(group_size(GroupKind::kIntra)), len = flats_[t].padded / G;
+    secondary_[t] = TypedBuffer(ctx_.memory, MemCategory::kSecondaryParams, full_[t].dtype(), len);
+    ctx_.device.copy(secondary_[t].data(), full_[t].at(uint64_t(group_index(GroupKind::kIntra)) * len),
+                     secondary_[t].bytes());
   }
 
   void flush_bucket() {
@@ -249,6 +321,12 @@ class Zero3 final : public Strategy {
     for (auto& h : hs) h.wait();
   }
 
+  struct Quantized {
+    TypedBuffer codes, scales;  // every rank's int8 codes and fp32 block scales, in group order
+    uint64_t blocks = 1;        // per rank
+    CommHandle scale_gather;
+  };
+
   struct Reduction {
     std::vector<int> tensors;
     TypedBuffer staging, out;
@@ -258,7 +336,8 @@ class Zero3 final : public Strategy {
   StrategyDescription desc_ = zero3_description();
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<FlatLayout> flats_;
-  std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_;
+  std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_, secondary_;
+  std::vector<Quantized> quant_;
   std::vector<CommHandle> gather_;
   std::vector<bool> persistent_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;

@@ -39,6 +39,8 @@ struct PredictArgs {
   int fsdp2_prefetch = 1;
   int mics_shard_size = 0;
   bool mics_hierarchical = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
@@ -122,6 +124,8 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical;
+  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
+  o.zero_quantized_weights = a.zero_quantized_weights;
   return cfg;
 }
 
@@ -283,6 +287,12 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
               "MiCS two-level all-gather (a partition of whole nodes)");
+  p->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
+                "ZeRO++ hpZ (zero3): 1 off, else the ranks per node")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  p->add_flag("--zero-quantized-weights", a.zero_quantized_weights,
+              "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
   p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
       ->capture_default_str();
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");

@@ -26,7 +26,8 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"device", "cpu"},           {"zero_grad_reduce", "bucket_all_reduce"},
       {"reuse_distance", 1000000000}, {"grad_accum", 1},        {"fsdp_no_sync", true},
       {"fsdp2_reshard_after_forward", true}, {"fsdp2_prefetch", 1}, {"mics_shard_size", 0},
-      {"mics_hierarchical_params_gather", false}};
+      {"mics_hierarchical_params_gather", false}, {"zero_hpz_partition_size", 1},
+      {"zero_quantized_weights", false}};
   return k;
 }
 
