@@ -129,7 +129,9 @@ TEST(HpzParity, Fp32MatchesOneRankReference) {
 // for errors of a few 2^-8 per operation, scaled) and LayerNorm tensors, every weight off by a
 // systematic 2^-7 and whose gradients weigh every token, by 0.5 ‖Δ_ref‖. The key third of qkv's
 // bias is left out (exact gradient zero, moved on residue; see run_parity_test.cc). A tensor
-// never updated is off by ‖Δ_ref‖ itself, which the test asserts exceeds the allowance.
+// never updated is off by ‖Δ_ref‖ itself, which the test asserts exceeds the allowance; and the
+// run must differ from the reference at all (qwZ really on). Measured at worlds 1-4 and the odd
+// shape at 3: at most 0.168 ‖Δ_ref‖ (LayerNorm 0.171), at least 0.077.
 TEST(QwzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
   for (bool hpz : {false, true}) {
     RunConfig cfg = tiny_config();
@@ -142,6 +144,7 @@ TEST(QwzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
     const ModelLayout l = make_layout(cfg.model);
     ASSERT_EQ(r.params.size(), ref.params.size());
     size_t at = 0;
+    double worst[2] = {0, 0};  // distance / reference update: other tensors, LayerNorm
     for (const ParamTensor& t : l.tensors) {
       double d = 0, n = 0;
       const bool qkv_bias = t.name.find("attn.qkv.bias") != std::string::npos;
@@ -151,21 +154,28 @@ TEST(QwzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
         d += (du - dr) * (du - dr);
         n += dr * dr;
       }
-      const double allowed = (t.name.find("ln_") != std::string::npos ? 0.5 : 0.25) * std::sqrt(n);
+      const bool ln = t.name.find("ln_") != std::string::npos;
+      const double allowed = (ln ? 0.5 : 0.25) * std::sqrt(n);
+      worst[ln] = std::max(worst[ln], std::sqrt(d / n));
       EXPECT_LE(std::sqrt(d), allowed) << t.name << (hpz ? " (hpZ)" : "") << ": reference update "
                                        << std::sqrt(n);
       EXPECT_GT(std::sqrt(n), 1.5 * allowed) << t.name;
       at += t.numel;
     }
+    if (run_env().topo.rank() == 0)
+      std::printf("[ qwZ%s 5 steps ] worst update distance / reference update: %.3f (LayerNorm "
+                  "%.3f)\n", hpz ? "+hpZ" : "", worst[0], worst[1]);
+    EXPECT_GT(worst[0], 1e-3) << "qwZ should perturb the updates: is it on?";
     for (size_t s = 0; s < ref.loss.size(); ++s)
       EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-2 * ref.loss[s]) << "step " << s;
   }
 }
 
-// 50 steps of tiny: the qwZ loss stays within 2 % of the reference's at every step (the weight
-// error, <= 2^-8 of each block's absmax, moves the loss by about 1e-3 relative at the start;
-// measured below 0.5 % over the run) and learns as much.
-TEST(QwzParity, FiftyStepLossTrajectoryWithinTwoPercent) {
+// 50 steps of tiny with hpZ and qwZ: the loss stays within 1 % of the reference's at every step
+// (the weight error, <= 2^-8 of each block's absmax, moves the loss by about 1e-4 relative at the
+// start; AdamW's bounded steps keep the two trajectories together: measured at most 0.22 % at
+// worlds 1-4 and the odd shape at 3) and learns as the reference does.
+TEST(QwzParity, FiftyStepLossTrajectoryWithinOnePercent) {
   RunConfig cfg = tiny_config(Precision::kFp32, 50);
   apply_zero_schedule(ZeroSchedule::kPaper, cfg.options);
   set_zeropp(cfg, true, true);
@@ -176,9 +186,10 @@ TEST(QwzParity, FiftyStepLossTrajectoryWithinTwoPercent) {
   double worst = 0;
   for (size_t s = 0; s < ref.loss.size(); ++s)
     worst = std::max(worst, std::fabs(r.loss[s] - ref.loss[s]) / ref.loss[s]);
-  EXPECT_LT(worst, 0.02) << "largest relative loss difference over 50 steps";
+  EXPECT_LT(worst, 0.01) << "largest relative loss difference over 50 steps";
   EXPECT_LT(r.loss.back(), 0.9 * r.loss.front()) << "qwZ training should learn";
-  std::printf("[ qwZ 50 steps ] worst relative loss difference %.5f, loss %.4f -> %.4f "
+  if (run_env().topo.rank() == 0)
+    std::printf("[ qwZ 50 steps ] worst relative loss difference %.5f, loss %.4f -> %.4f "
               "(reference %.4f -> %.4f)\n", worst, r.loss.front(), r.loss.back(), ref.loss.front(),
               ref.loss.back());
 }
