@@ -37,6 +37,7 @@ class Zero3 final : public Strategy {
   const StrategyDescription& description() const override { return desc_; }
 
   void setup() override {
+    check_hpz();
     const auto& o = ctx_.options;
     const int n = world(), r = group_index(GroupKind::kWorld);
     const size_t nt = ctx_.model.tensors.size();
@@ -68,7 +69,6 @@ class Zero3 final : public Strategy {
     for (int m = int(ctx_.model.modules.size()) - 1; m >= 0; --m) exec_.push_back(m);
     plan_releases();
     refresh_persistent();
-    check_hpz();
   }
 
   void begin_step() override {
@@ -259,9 +259,9 @@ class Zero3 final : public Strategy {
   // my local rank), kept until the optimizer step.
   void keep_secondary(int t) {
     const uint64_t G = uint64_t(group_size(GroupKind::kIntra)), len = flats_[t].padded / G;
+    const uint64_t mine = uint64_t(group_index(GroupKind::kIntra)) * len;
     secondary_[t] = TypedBuffer(ctx_.memory, MemCategory::kSecondaryParams, full_[t].dtype(), len);
-    ctx_.device.copy(secondary_[t].data(), full_[t].at(uint64_t(group_index(GroupKind::kIntra)) * len),
-                     secondary_[t].bytes());
+    ctx_.device.copy(secondary_[t].data(), full_[t].at(mine), secondary_[t].bytes());
   }
 
   void flush_bucket() {
