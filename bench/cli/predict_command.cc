@@ -126,6 +126,9 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.mics_hierarchical_params_gather = a.mics_hierarchical;
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights;
+  require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
+          fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
+          fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
   return cfg;
 }
 

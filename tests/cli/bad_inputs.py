@@ -102,6 +102,8 @@ CASES = [
     (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_qgz.json"],
      "zero_optimization.zero_quantized_gradients"),
     (["predict", "--model", "tiny", "--zero-schedule", "ideal"], "--zero-schedule"),
+    (["predict", "--model", "tiny", "--world", "4", "--ranks-per-node", "2",
+      "--zero-hpz-partition-size", "4"], "--zero-hpz-partition-size 4"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
