@@ -47,6 +47,7 @@ MEM_CATEGORIES = [  # (key in breakdown_at_peak, legend label, colour)
     ("activations", "activations", "#d62728"),
     ("comm_buffers", "comm buffers", "#9467bd"),
     ("workspace", "workspace", "#8c8c8c"),
+    ("secondary_params", "hpZ secondary params", "#c5b0d5"),
 ]
 KIND_COLOURS = {"all_reduce": "#1f77b4", "reduce_scatter": "#ff7f0e", "all_gather": "#2ca02c",
                 "broadcast": "#9467bd", "barrier": "#8c8c8c"}

@@ -61,6 +61,11 @@ struct StrategyOptions {
   // spans nodes (DeepSpeed mics_shard_size, mics_hierarchical_params_gather).
   int mics_shard_size = 0;
   bool mics_hierarchical_params_gather = false;
+  // ZeRO++ on zero3 (DeepSpeed zero/config.py): hpZ, a secondary partition of each gathered
+  // parameter over this many ranks (1: off; else the node), gathered in backward; qwZ, int8
+  // block-quantised parameter all-gathers (strategies/zero3.cc).
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;
   // PyTorch DDP as shipped (torch 1.13.1; --ddp-config): see strategies/ddp.cc.

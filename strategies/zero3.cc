@@ -11,12 +11,17 @@
 // Under gradient accumulation every micro-batch gathers and reduce-scatters as a step does, and
 // the reduced partitions are summed (stage3.py partition_grads: copy at micro_step_id 0, add_
 // after); the trace is reset at every forward (parameter_offload.py _start_of_forward_hook).
+// ZeRO++ (Wang et al. 2023; DeepSpeed zero_hpz_partition_size, zero_quantized_weights): hpZ keeps
+// a node-local secondary partition of each tensor when it is released, and gathers from it inside
+// the node until the optimizer step invalidates it; qwZ moves int8 codes + fp32 block scales.
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 
 #include "harness/model/checkpointing.h"
 #include "strategies/accumulate.h"
+#include "strategies/quantize.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -38,6 +43,7 @@ class Zero3 final : public Strategy {
   const StrategyDescription& description() const override { return desc_; }
 
   void setup() override {
+    check_hpz();
     const auto& o = ctx_.options;
     const int n = world(), r = group_index(GroupKind::kWorld);
     const size_t nt = ctx_.model.tensors.size();
@@ -46,6 +52,8 @@ class Zero3 final : public Strategy {
     shards_.resize(nt);
     grad_shards_.resize(nt);
     full_.resize(nt);
+    secondary_.resize(nt);
+    quant_.resize(nt);
     grad_full_.resize(nt);
     gather_.resize(nt);
     persistent_.resize(nt);
@@ -109,6 +117,8 @@ class Zero3 final : public Strategy {
     for (size_t t = 0; t < optim_.size(); ++t)
       optim_[t]->step(shards_[t].data(), grad_shards_[t].data(), grad_shards_[t].dtype(), scale,
                       step);
+    // stage3.py _post_step -> invalidate_secondary_tensor: the updated shards make them stale
+    for (TypedBuffer& s : secondary_) s.reset();
     refresh_persistent();
   }
 
@@ -131,7 +141,7 @@ class Zero3 final : public Strategy {
  protected:
   std::pair<const void*, DType> param_storage(int t) override {
     land(t);
-    if (gather_[t].valid()) gather_[t].wait();
+    settle(t);
     return {full_[t].data(), full_[t].dtype()};
   }
   std::pair<void*, DType> grad_storage(int t) override {
@@ -196,14 +206,26 @@ class Zero3 final : public Strategy {
       if (!persistent_[t] && full_[t].empty() && !batch_of_[t] &&
           std::find(need.begin(), need.end(), t) == need.end())
         need.push_back(t);
-    if (need.size() > 1 && ctx_.options.zero3_coalesced_fetch) return issue_batch(need);
+    // ZeRO++'s gathers (qwZ codes + scales, hpZ over the node) stay one per tensor here;
+    // DeepSpeed coalesces those too (the same bytes in fewer collectives)
+    const bool zeropp = ctx_.options.zero_quantized_weights || ctx_.options.zero_hpz_partition_size > 1;
+    if (need.size() > 1 && ctx_.options.zero3_coalesced_fetch && !zeropp) return issue_batch(need);
     for (int t : need) {
       full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
                              flats_[t].padded);
+      // hpZ (partition_parameters.py all_gather_coalesced): a tensor with a secondary partition
+      // is gathered from it over zero_param_process_group, the node
+      const bool secondary = !secondary_[t].empty();
+      TypedBuffer& in = secondary ? secondary_[t] : shards_[t];
+      const GroupKind over = secondary ? GroupKind::kIntra : GroupKind::kWorld;
+      if (ctx_.options.zero_quantized_weights) {
+        gather_quantized(t, in, over);
+        continue;
+      }
       // after this all-gather every rank holds tensor t whole
-      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(
-          shards_[t].data(), full_[t].data(), shards_[t].size(), shards_[t].dtype(),
-          GroupKind::kWorld, ctx_.model.tensors[t].name));
+      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(in.data(), full_[t].data(), in.size(),
+                                                         in.dtype(), over,
+                                                         ctx_.model.tensors[t].name));
     }
   }
 
@@ -248,6 +270,49 @@ class Zero3 final : public Strategy {
     }
   }
 
+  // qwZ (partition_parameters.py _all_gather_sequential with quantize: one tensor per gather):
+  // the int8 codes of my partition, then its fp32 block scales, each all-gathered; settle()
+  // dequantises every rank's block into the gathered tensor.
+  void gather_quantized(int t, TypedBuffer& in, GroupKind over) {
+    Quantized& q = quant_[t];
+    const uint64_t n = in.size(), ranks = uint64_t(group_size(over));
+    const uint64_t me = uint64_t(group_index(over));
+    q.blocks = qwz_blocks(n);
+    q.codes = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kI8, n * ranks);
+    q.scales = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kF32, q.blocks * ranks);
+    quantize_int8(ctx_.device, in.data(), in.dtype(), n, q.blocks, q.codes.at(me * n),
+                  q.scales.at(me * q.blocks));
+    const std::string& name = ctx_.model.tensors[t].name;
+    // after these all-gathers every rank holds every rank's codes and scales of tensor t
+    gather_[t] = maybe_wait(ctx_.comm.all_gather_async(q.codes.at(me * n), q.codes.data(), n,
+                                                       DType::kI8, over, name));
+    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(
+        q.scales.at(me * q.blocks), q.scales.data(), q.blocks, DType::kF32, over, name + ".scales"));
+  }
+
+  // Waits for tensor t's gather; a quantised one is dequantised into full_[t] here.
+  void settle(int t) {
+    if (gather_[t].valid()) gather_[t].wait();
+    gather_[t] = CommHandle();
+    Quantized& q = quant_[t];
+    if (!q.scale_gather.valid()) return;
+    q.scale_gather.wait();
+    const uint64_t ranks = q.scales.size() / q.blocks;
+    dequantize_int8(ctx_.device, q.codes.data(), q.scales.data(), q.codes.size() / ranks,
+                    q.blocks, ranks, full_[t].data(), full_[t].dtype());
+    q = Quantized();
+  }
+
+  // hpZ's secondary group is the node (DeepSpeed's groups of zero_hpz_partition_size consecutive
+  // ranks, as its tutorial sets it: the GPUs of a node).
+  void check_hpz() const {
+    const int k = ctx_.options.zero_hpz_partition_size;
+    if (k > 1 && k != group_size(GroupKind::kIntra))
+      throw std::invalid_argument("--zero-hpz-partition-size " + std::to_string(k) +
+                                  ": must be 1 or the ranks per node (" +
+                                  std::to_string(group_size(GroupKind::kIntra)) + ")");
+  }
+
   // For each trace position i, which of its tensors are released after it: those whose next use
   // j > i comes after reuse_distance elements or more (every tensor of the modules i+1..j-1,
   // whole, as ds_numel counts them) — __params_to_release's walk, which stops at the first
@@ -285,9 +350,19 @@ class Zero3 final : public Strategy {
   void release_tensor(int t) {
     if (persistent_[t]) return;
     land(t);
-    if (gather_[t].valid()) gather_[t].wait();
-    gather_[t] = CommHandle();
+    settle(t);
+    if (ctx_.options.zero_hpz_partition_size > 1 && secondary_[t].empty() && !full_[t].empty())
+      keep_secondary(t);
     full_[t].reset();
+  }
+
+  // _partition_param_sec: my slice of the gathered tensor over the node (padded / G elements at
+  // my local rank), kept until the optimizer step.
+  void keep_secondary(int t) {
+    const uint64_t G = uint64_t(group_size(GroupKind::kIntra)), len = flats_[t].padded / G;
+    const uint64_t mine = uint64_t(group_index(GroupKind::kIntra)) * len;
+    secondary_[t] = TypedBuffer(ctx_.memory, MemCategory::kSecondaryParams, full_[t].dtype(), len);
+    ctx_.device.copy(secondary_[t].data(), full_[t].at(mine), secondary_[t].bytes());
   }
 
   void flush_bucket() {
@@ -357,6 +432,12 @@ class Zero3 final : public Strategy {
     TypedBuffer flat;
     CommHandle handle;
   };
+  struct Quantized {
+    TypedBuffer codes, scales;  // every rank's int8 codes and fp32 block scales, in group order
+    uint64_t blocks = 1;        // per rank
+    CommHandle scale_gather;
+  };
+
   struct Reduction {
     std::vector<int> tensors;
     TypedBuffer staging, out;
@@ -366,7 +447,8 @@ class Zero3 final : public Strategy {
   StrategyDescription desc_ = zero3_description();
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<FlatLayout> flats_;
-  std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_;
+  std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_, secondary_;
+  std::vector<Quantized> quant_;
   std::vector<CommHandle> gather_;
   std::vector<std::shared_ptr<FetchBatch>> batch_of_;  // per tensor: the batch it arrives in
   std::vector<bool> persistent_;

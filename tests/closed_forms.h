@@ -274,6 +274,74 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
   return {N * shard_group, 2 * (M - 1) * double(pad) * bg};
 }
 
+// ZeRO++ on zero3 (tests/mpi/run_zeropp_test.cc), N ranks in nodes of G, hpZ partition = G.
+// - hpZ (partition_parameters.py _partition_param_sec, all_gather_coalesced): a tensor's first
+//   release of the step keeps a secondary partition (padded / G elements, my local rank's slice);
+//   every later gather of the step comes from it over the node, until the optimizer step
+//   invalidates it (stage3.py invalidate_secondary_tensor). So of a tensor's g_t gathers per step
+//   (2·uses_t with the paper's reuse distance 0; 1 as shipped after the first step) the first is
+//   a world ring, (N-1)/N·pad·b per rank, and the other g_t - 1 node rings, (G-1)/G·pad·b per rank,
+//   every hop intra: N·(G-1)/G·pad·b summed over the ranks. Untied, reuse 0, M > 1 nodes: the
+//   parameter traffic leaving the nodes drops from 2Ψ·b to Ψ·b per step.
+// - qwZ (_all_gather_sequential with quantize): each gather moves int8 codes, 1 byte per element,
+//   and one fp32 scale per block of the rank's partition n (quantize.h qwz_blocks(n)): a gather
+//   over S ranks sends (S-1)·(n + 4·blocks(n)) bytes per rank in place of (S-1)·n·b, with n =
+//   pad/N from the primary shard, pad/G from the secondary. Persistent tensors' refresh after the
+//   step is not quantised (Init's all_gather default quantize=False).
+// The gradient reduce-scatter is zero3's: (N-1)/N·pad·b_g per rank over the world ring.
+// Blocks per partition of n, restated from CUDAQuantizer.quantize (target 8000 elements; more
+// blocks until 8·blocks divides n; doubled while 16·blocks divides n and blocks exceed 8000;
+// where DeepSpeed asserts, n % 8 != 0, the suite's ceil(n / 8000)).
+inline uint64_t ds_quant_blocks(uint64_t n) {
+  const uint64_t first = (n + 7999) / 8000;
+  if (n % 8 != 0) return first;
+  uint64_t g = first;
+  while (n % (8 * g) != 0) ++g;
+  while (n % (16 * g) == 0 && n / g > 8000) g *= 2;
+  return g;
+}
+inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t persist, double N,
+                          double G, uint64_t reuse_distance, bool hpz, bool qwz) {
+  const double M = N / G, bp = param_bytes(precision), bg = bp;
+  const std::vector<int> uses = l.uses_per_pass();
+  const bool once = reuse_distance >= 2 * l.num_params();
+  if (!once && reuse_distance != 0) throw std::invalid_argument("no closed form: reuse distance");
+  // one gather over S ranks of partitions of n elements: bytes each rank sends
+  auto gather = [&](double S, double n) {
+    return (S - 1) * (qwz ? n + 4.0 * double(ds_quant_blocks(uint64_t(n))) : n * bp);
+  };
+  const double inter_hops = M > 1 ? M : 0;
+  Bytes b;
+  for (size_t t = 0; t < l.tensors.size(); ++t) {
+    const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
+    const double rs = (N - 1) / N * pad * bg;
+    b.intra += (N - inter_hops) * rs;
+    b.inter += inter_hops * rs;
+    if (l.tensors[t].numel <= persist) {
+      const double refresh = (N - 1) / N * pad * bp;
+      b.intra += (N - inter_hops) * refresh;
+      b.inter += inter_hops * refresh;
+      continue;
+    }
+    const double g = once ? 1.0 : 2.0 * uses[t];
+    const double world = gather(N, pad / N);
+    const double first = world, later = hpz ? N * gather(G, pad / G) : N * world;
+    b.intra += (N - inter_hops) * first + (g - 1) * (hpz ? later : (N - inter_hops) * world);
+    b.inter += inter_hops * first + (g - 1) * (hpz ? 0.0 : inter_hops * world);
+  }
+  return b;
+}
+
+// hpZ's secondary partitions at the peak: as shipped (reuse 1e9) every non-persistent tensor is
+// released at the end of backward and keeps its padded / G slice until the step; their sum.
+inline uint64_t hpz_secondary_bytes(const ModelLayout& l, Precision precision, uint64_t persist,
+                                    uint64_t N, uint64_t G) {
+  uint64_t sum = 0;
+  for (const auto& t : l.tensors)
+    if (t.numel > persist) sum += round_up(t.numel, N) / G;
+  return sum * uint64_t(param_bytes(precision));
+}
+
 // Model state per rank at rest, in bytes.
 struct ModelState {
   uint64_t params = 0, grads = 0, optimizer = 0;

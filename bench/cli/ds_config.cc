@@ -100,6 +100,13 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
       o.max_live_elements = get_count(v, key, path);
     } else if (k == "stage3_model_persistence_threshold") {
       o.model_persist_elements = get_count(v, key, path);
+    } else if (k == "zero_hpz_partition_size") {  // Field(1, ge=0): 0 and 1 leave it off
+      o.zero_hpz_partition_size = int(std::clamp<uint64_t>(get_count(v, key, path), 1, 1 << 20));
+    } else if (k == "zero_quantized_weights") {
+      o.zero_quantized_weights = get<bool>(v, key, path, "true|false");
+    } else if (k == "zero_quantized_gradients") {
+      if (get<bool>(v, key, path, "true|false"))
+        fail(path, key, "true (qgZ's int4 all-to-all) is not yet supported; allowed: false");
     } else if (k == "allgather_partitions") {
       if (!get<bool>(v, key, path, "true|false"))
         fail(path, key, "false (broadcasts) is not yet supported; allowed: true");

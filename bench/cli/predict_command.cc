@@ -45,6 +45,8 @@ struct PredictArgs {
   int fsdp2_prefetch = 1;
   int mics_shard_size = 0;
   bool mics_hierarchical = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
@@ -139,6 +141,11 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
           "1..4096");
   o.grad_accum = a.grad_accum;
+  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
+  o.zero_quantized_weights = a.zero_quantized_weights;
+  require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
+          fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
+          fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
   return cfg;
 }
 
@@ -328,6 +335,12 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
               "MiCS two-level all-gather (a partition of whole nodes)");
+  p->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
+                "ZeRO++ hpZ (zero3): 1 off, else the ranks per node")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  p->add_flag("--zero-quantized-weights", a.zero_quantized_weights,
+              "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
   p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
       ->capture_default_str();
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");

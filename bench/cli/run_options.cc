@@ -82,6 +82,13 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
                   "nodes: on | off")
       ->capture_default_str();
+  app->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
+                  "ZeRO++ hpZ (zero3): ranks of the secondary parameter partition gathered in "
+                  "backward; 1 = off, else the ranks per node")
+      ->capture_default_str();
+  app->add_option("--zero-quantized-weights", a.zero_quantized_weights,
+                  "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers: on | off")
+      ->capture_default_str();
   app->add_option("--grad-accum", a.grad_accum,
                   "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
       ->capture_default_str();
@@ -254,6 +261,10 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.mics_shard_size >= 0, "--mics-shard-size", a.mics_shard_size, ">= 0");
   require(a.mics_hierarchical_params_gather == "on" || a.mics_hierarchical_params_gather == "off",
           "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather, "on|off");
+  require(a.zero_hpz_partition_size >= 1 && a.zero_hpz_partition_size <= 1 << 20,
+          "--zero-hpz-partition-size", a.zero_hpz_partition_size, "1 (off) or the ranks per node");
+  require(a.zero_quantized_weights == "on" || a.zero_quantized_weights == "off",
+          "--zero-quantized-weights", a.zero_quantized_weights, "on|off");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
   require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
@@ -322,6 +333,8 @@ RunConfig to_run_config(const RunArgs& a) {
   }
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
+  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
+  o.zero_quantized_weights = a.zero_quantized_weights == "on";
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
   if (a.np > 0 && a.hosts.empty())
     check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
@@ -339,6 +352,8 @@ RunConfig to_run_config(const RunArgs& a) {
                                  a.fsdp_config));
   // the file's stage against --strategies, checked here: before any rank starts
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
+  if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
+    check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
   return d.applied;
 }
 
@@ -351,6 +366,10 @@ void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node) 
   const int P = o.mics_shard_size > 0 ? o.mics_shard_size : ranks_per_node;
   if (world % P != 0)
     throw UsageError(fmt::format("--mics-shard-size {}: must divide the world size {}", P, world));
+  if (o.zero_hpz_partition_size > 1 && o.zero_hpz_partition_size != ranks_per_node)
+    throw UsageError(fmt::format(
+        "--zero-hpz-partition-size {}: must be 1 (off) or the ranks per node {} (the secondary "
+        "partition is node-local)", o.zero_hpz_partition_size, ranks_per_node));
   if (o.mics_hierarchical_params_gather && (P <= ranks_per_node || P % ranks_per_node != 0))
     throw UsageError(fmt::format(
         "--mics-hierarchical-params-gather on: needs a partition of whole nodes spanning more than "

@@ -194,6 +194,8 @@ static void validate(const CollectiveOp& op) {
   if (op.count > 0)
     SB_CHECK(op.send != nullptr && op.recv != nullptr, coll_name(op.kind) << ": null buffer");
   const size_t n = size_t(op.group->size());
+  const bool sums = op.kind == CollKind::kAllReduce || op.kind == CollKind::kReduceScatter;
+  SB_CHECK(!(sums && op.dtype == DType::kI8), coll_name(op.kind) << ": int8 codes are not summed");
   if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather)
     SB_CHECK(op.count % n == 0, coll_name(op.kind)
                                     << ": count " << op.count << " not a multiple of " << n);

@@ -16,7 +16,9 @@
 
 namespace sb::mpi_detail {
 
-inline MPI_Datatype mpi_type(DType t) { return t == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T; }
+inline MPI_Datatype mpi_type(DType t) {
+  return t == DType::kF32 ? MPI_FLOAT : t == DType::kBF16 ? MPI_UINT16_T : MPI_INT8_T;
+}
 inline int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 // dst[k] = a[k] + b[k]; bf16 adds in fp32 and rounds once. dst may alias a or b.

@@ -8,10 +8,13 @@
 
 namespace sb {
 
-enum class DType : uint8_t { kF32, kBF16 };
+// kI8: int8 codes of a quantised collective (ZeRO++'s qwZ/qgZ payloads); moved, never summed.
+enum class DType : uint8_t { kF32, kBF16, kI8 };
 
-constexpr size_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-constexpr const char* dtype_name(DType t) { return t == DType::kF32 ? "fp32" : "bf16"; }
+constexpr size_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : t == DType::kBF16 ? 2 : 1; }
+constexpr const char* dtype_name(DType t) {
+  return t == DType::kF32 ? "fp32" : t == DType::kBF16 ? "bf16" : "int8";
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;

@@ -18,6 +18,7 @@ const char* category_name(MemCategory c) {
     case MemCategory::kActivations: return "activations";
     case MemCategory::kCommBuffers: return "comm_buffers";
     case MemCategory::kWorkspace: return "workspace";
+    case MemCategory::kSecondaryParams: return "secondary_params";
   }
   return "?";
 }

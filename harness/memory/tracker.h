@@ -23,8 +23,9 @@ enum class MemCategory : int {
   kActivations,     // forward activations kept for backward, and their gradients
   kCommBuffers,     // staging buffers of collectives (buckets, gathered grads)
   kWorkspace,       // scratch: fp32 compute copies of bf16 tensors, temporaries
+  kSecondaryParams, // ZeRO++ hpZ: the node-local secondary partition of each gathered parameter
 };
-constexpr int kNumMemCategories = 7;
+constexpr int kNumMemCategories = 8;
 const char* category_name(MemCategory c);
 using MemBreakdown = std::array<uint64_t, kNumMemCategories>;
 

@@ -162,6 +162,8 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"fsdp2_prefetch", o.fsdp2_prefetch},
       {"mics_shard_size", o.mics_shard_size},
       {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
+      {"zero_hpz_partition_size", o.zero_hpz_partition_size},
+      {"zero_quantized_weights", o.zero_quantized_weights},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},

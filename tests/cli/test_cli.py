@@ -210,6 +210,14 @@ class RunTest(unittest.TestCase):
         self.assertEqual(pd["results"][0]["comm"]["per_step"]["collectives"], 3 + 1)
         self.assertEqual(pd["results"][0]["comm"]["per_step"]["payload_bytes"],
                          r["comm"]["per_step"]["payload_bytes"])
+    def test_ds_config_zeropp_keys_configure_zero3(self):
+        # zero_hpz_partition_size (the node of 2) and zero_quantized_weights select and configure
+        # zero3 and are recorded in the result's config.
+        _, _, doc = self.run_ds_config("zero3_zeropp.json")
+        c = doc["config"]
+        self.assertEqual((c["zero_hpz_partition_size"], c["zero_quantized_weights"]), (2, True))
+        r = doc["results"][0]
+        self.assertEqual((r["strategy"], r["status"]), ("zero3", "ok"), r.get("error"))
 
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)

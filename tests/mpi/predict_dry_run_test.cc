@@ -86,6 +86,21 @@ std::vector<Knobs> knob_cases() {
          c.options.mics_hierarchical_params_gather = P > G && P % G == 0;
        },
        "mics"},
+      // ZeRO++: hpZ's node gathers need the paper's release schedule to be used at all
+      {"zeropp_hpz_qwz_paper",
+       [](RunConfig& c) {
+         apply_zero_schedule(ZeroSchedule::kPaper, c.options);
+         c.options.zero_hpz_partition_size = run_env().topo.ranks_per_node();
+         c.options.zero_quantized_weights = true;
+       },
+       "zero3"},
+      {"zeropp_qwz_bf16_persist",
+       [](RunConfig& c) {
+         c.options.precision = Precision::kBf16Mixed;
+         c.options.persist_elements = 100;
+         c.options.zero_quantized_weights = true;
+       },
+       "zero3"},
       {"untied_bf16_naive_attention",
        [](RunConfig& c) {
          c.model.tied_head = false;

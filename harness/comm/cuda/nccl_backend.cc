@@ -29,7 +29,9 @@
 namespace sb {
 namespace {
 
-ncclDataType_t nccl_type(DType t) { return t == DType::kF32 ? ncclFloat : ncclBfloat16; }
+ncclDataType_t nccl_type(DType t) {
+  return t == DType::kF32 ? ncclFloat : t == DType::kBF16 ? ncclBfloat16 : ncclInt8;
+}
 
 class NcclBackend final : public CommBackend {
  public:
