@@ -7,11 +7,11 @@
 // move bytes itself: that is the backend's job.
 #include "harness/comm/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <deque>
 #include <iterator>
 #include <mutex>
