@@ -117,7 +117,7 @@ class Fsdp final : public Strategy {
                                                          "unit" + std::to_string(u)));
     if (desc_.replicate_across_nodes) {
       // HYBRID_SHARD's all-reduce runs on a stream and process group of its own, after this
-      // unit's reduce-scatter but not behind the next units' collectives (torch 2.x
+      // unit's reduce-scatter but not behind the next units' collectives (torch main,
       // _runtime_utils.py, _post_backward_reshard / _reduce_grad: state._all_reduce_stream
       // .wait_stream(state._post_backward_stream), then dist.all_reduce on
       // state._inter_node_pg). After this all-reduce the shard holds the sum over every node's

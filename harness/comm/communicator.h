@@ -26,7 +26,7 @@ enum class CollectiveImpl { kRing, kMpiNative };
 // stream with a backend of its own (its own MPI communicators: a separate process group, as
 // PyTorch's inter-node group) and its own thread: an op issued there waits only for the ops
 // issued before it on kSide and for the one handle it names as its input, not for kMain's queue
-// (FSDP HYBRID_SHARD's inter-node all-reduce: torch 2.x `_all_reduce_stream`). Without a side
+// (FSDP HYBRID_SHARD's inter-node all-reduce: torch main `_all_reduce_stream`). Without a side
 // backend, kSide ops run on kMain in issue order.
 enum class CommStream : uint8_t { kMain = 0, kSide = 1 };
 
