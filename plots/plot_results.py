@@ -713,8 +713,8 @@ def plot_timeline(plt, trace_dir, out):
                 ax.broken_barh([(e["ts"], e["dur"])], (1.1, 0.8), color=PHASE_TRACE[e["name"]])
             elif e["tid"] == 1 and e["name"].startswith("wait"):
                 ax.broken_barh([(e["ts"], e["dur"])], (1.1, 0.8), color="#c44e52")
-            elif e["tid"] == 2:
-                ax.broken_barh([(e["ts"], e["dur"])], (0.1, 0.8),
+            elif e["tid"] in (2, 3):  # 3: the side comm stream, a thin bar under the main one
+                ax.broken_barh([(e["ts"], e["dur"])], (0.1, 0.8) if e["tid"] == 2 else (0.0, 0.25),
                                color=KIND_TRACE.get(e["name"], "#333333"), edgecolor="white",
                                linewidth=0.3)
         ax.set_yticks([0.5, 1.5], ["comm", "compute"], fontsize=7)

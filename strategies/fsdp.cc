@@ -126,10 +126,16 @@ class Fsdp final : public Strategy {
                                                          out.size(), out.dtype(), g,
                                                          "unit" + std::to_string(u)));
     if (desc_.replicate_across_nodes) {
-      // after this all-reduce the shard holds the sum over every node's replica as well
+      // HYBRID_SHARD's all-reduce runs on a stream and process group of its own, after this
+      // unit's reduce-scatter but not behind the next units' collectives (torch main,
+      // _runtime_utils.py, _post_backward_reshard / _reduce_grad: state._all_reduce_stream
+      // .wait_stream(state._post_backward_stream), then dist.all_reduce on
+      // state._inter_node_pg). After this all-reduce the shard holds the sum over every node's
+      // replica as well.
       U.reduce = maybe_wait(ctx_.comm.all_reduce_async(out.data(), out.size(), out.dtype(),
                                                        GroupKind::kInter,
-                                                       "unit" + std::to_string(u)));
+                                                       "unit" + std::to_string(u),
+                                                       CommStream::kSide, U.reduce));
     }
     reducing_.push_back(u);
     reap(false);

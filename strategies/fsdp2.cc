@@ -155,9 +155,13 @@ class Fsdp2 final : public Strategy {
                                                          desc_.shard_group, tag));
     if (sync_ && desc_.replicate_across_nodes && group_size(spec_.replicas) > 1) {
       // after this all-reduce (HSDP's replicate dim; MiCS_Optimizer.allreduce_mics_shard_grads)
-      // the shard also sums every replica's
+      // the shard also sums every replica's. FSDP2 runs it on a stream of its own once the
+      // reduce-scatter is done (torch main, _fsdp_collectives.py foreach_reduce:
+      // all_reduce_stream.wait_stream(reduce_scatter_stream)); MiCS on its one stream.
+      const CommStream stream = spec_.rows ? CommStream::kSide : CommStream::kMain;
       G.reduce = maybe_wait(ctx_.comm.all_reduce_async(G.grad_shard.data(), G.chunk(),
-                                                       G.grad_shard.dtype(), spec_.replicas, tag));
+                                                       G.grad_shard.dtype(), spec_.replicas, tag,
+                                                       stream, G.reduce));
     }
     reducing_.push_back(u);
     reap(false);

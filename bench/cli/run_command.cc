@@ -261,8 +261,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
   const Cluster cluster = load_cluster(cfg.device == "cpu" ? "cpu-local" : "h200");
   Ledger ledger;
-  if (!backend) backend = make_mpi_backend(topo, cfg.collectives);
-  Communicator comm(topo, std::move(backend), ledger);
+  // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
+  // side stream's ops on its one stream.
+  std::unique_ptr<CommBackend> side;
+  if (!backend) {
+    backend = make_mpi_backend(topo, cfg.collectives);
+    side = make_mpi_backend(topo, cfg.collectives);
+  }
+  Communicator comm(topo, std::move(backend), ledger, std::move(side));
   std::vector<std::string> names =
       a.ds_config.empty() ? parse_strategy_list(a.strategies)
                           : ds_config_strategies(cfg.ds_config_stage,

@@ -1,15 +1,19 @@
-// The Communicator front end: validates each call on the caller's thread, queues it for the one
-// communication thread of this rank, which runs the ops in FIFO issue order (a "comm stream")
-// and appends one Ledger entry per op. Threading: while a Communicator lives, every MPI call of
-// the run happens on its comm thread, so MPI_THREAD_SERIALIZED suffices; the ledger is read by
-// others only after synchronize(). It does not move bytes itself: that is the backend's job.
+// The Communicator front end: validates each call on the caller's thread, queues it on its comm
+// stream, whose thread runs the ops in FIFO issue order and appends one Ledger entry per op.
+// kMain has one thread; kSide (when given a backend) another, with communicators of its own.
+// Threading: while a Communicator lives, every MPI call of the run happens on its comm threads,
+// each on its own communicators, so two threads may be in MPI at once (MPI_THREAD_MULTIPLE);
+// the ledger is appended under a lock and read by others only after synchronize(). It does not
+// move bytes itself: that is the backend's job.
 #include "harness/comm/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -90,35 +94,61 @@ struct Communicator::Impl {
     CollectiveOp op;
     std::string tag;
     std::shared_ptr<CommHandle::State> state;
+    std::shared_ptr<CommHandle::State> input;  // another stream's op this one waits for
   };
-  std::unique_ptr<CommBackend> backend;
+  struct Stream {
+    std::unique_ptr<CommBackend> backend;
+    std::condition_variable cv_work;
+    std::deque<Task> queue;
+    std::thread thread;
+  };
+  Stream streams[2];
+  int num_streams = 1;  // 2 with a side backend
   std::shared_ptr<BlockedTally> tally = std::make_shared<BlockedTally>();
-  std::mutex m;
-  std::condition_variable cv_work, cv_idle;
-  std::deque<Task> queue;
+  std::mutex m;  // queues, counters, stop
+  std::condition_variable cv_idle;
   uint64_t issued = 0, completed = 0;
   bool stop = false;
-  std::thread thread;
+  std::mutex ledger_m;        // the comm threads append in completion order
+  uint64_t synced_seq = 0;    // ops issued before the last synchronize(): in order already
+  CommBackend& backend() { return *streams[0].backend; }
 };
 
+namespace {
+void wait_done(CommHandle::State& s) {
+  std::unique_lock<std::mutex> lock(s.m);
+  s.cv.wait(lock, [&] { return s.done.load(std::memory_order_acquire); });
+}
+}  // namespace
+
 Communicator::Communicator(const Topology& topo, std::unique_ptr<CommBackend> backend,
-                           Ledger& ledger)
+                           Ledger& ledger, std::unique_ptr<CommBackend> side)
     : topo_(topo), ledger_(ledger), impl_(std::make_unique<Impl>()) {
   SB_CHECK(backend != nullptr, "a Communicator needs a backend");
-  impl_->backend = std::move(backend);
-  if (impl_->backend->runs_at_issue()) return;  // a simulation: ops run in submit()
+  SB_CHECK(side == nullptr || side->runs_at_issue() == backend->runs_at_issue(),
+           "the side stream's backend must be of the main one's kind");
+  impl_->streams[0].backend = std::move(backend);
+  if (side) impl_->streams[1].backend = std::move(side), impl_->num_streams = 2;
+  if (impl_->backend().runs_at_issue()) return;  // a simulation: ops run in submit()
+  for (int s = 0; s < impl_->num_streams; ++s) start_stream(s);
+}
+
+void Communicator::start_stream(int stream) {
   Impl* impl = impl_.get();
-  impl->thread = std::thread([this, impl] {
+  Impl::Stream& st = impl->streams[stream];
+  st.thread = std::thread([this, impl, &st, stream] {
     for (;;) {
       Impl::Task task;
       {
         std::unique_lock<std::mutex> lock(impl->m);
-        impl->cv_work.wait(lock, [&] { return impl->stop || !impl->queue.empty(); });
-        if (impl->queue.empty()) return;  // stop requested and drained
-        task = std::move(impl->queue.front());
-        impl->queue.pop_front();
+        st.cv_work.wait(lock, [&] { return impl->stop || !st.queue.empty(); });
+        if (st.queue.empty()) return;  // stop requested and drained
+        task = std::move(st.queue.front());
+        st.queue.pop_front();
       }
-      run_and_record(task.op, std::move(task.tag), task.state->seq);
+      // the input runs on the other stream, under its own watchdog scope
+      if (task.input) wait_done(*task.input);
+      run_and_record(task.op, std::move(task.tag), task.state->seq, stream);
       {
         std::lock_guard<std::mutex> lock(task.state->m);
         task.state->done.store(true, std::memory_order_release);
@@ -138,25 +168,32 @@ Communicator::~Communicator() {
     std::lock_guard<std::mutex> lock(impl_->m);
     impl_->stop = true;
   }
-  impl_->cv_work.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  for (Impl::Stream& st : impl_->streams) {
+    st.cv_work.notify_all();
+    if (st.thread.joinable()) st.thread.join();
+  }
 }
 
-std::string Communicator::backend_name() const { return impl_->backend->name(); }
+bool Communicator::has_side_stream() const { return impl_->num_streams == 2; }
 
-BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq) {
+std::string Communicator::backend_name() const { return impl_->backend().name(); }
+
+BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq,
+                                           int stream) {
+  CommBackend& backend = *impl_->streams[stream].backend;
   const auto t0 = Clock::now();
   BackendResult res;
-  if (impl_->backend->runs_at_issue()) {
-    res = impl_->backend->run(op);  // nothing to wait on: no watchdog
+  if (backend.runs_at_issue()) {
+    res = backend.run(op);  // nothing to wait on: no watchdog
   } else {
     const Group& g = *op.group;
     const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
     Watchdog::Scope watch(std::string(coll_name(op.kind)) + " over " + group_name(g.kind) + " (" +
                           std::to_string(g.size()) + " ranks, " + std::to_string(op.count) +
                           " x " + dtype_name(op.dtype) + (tag.empty() ? "" : ", " + tag) +
-                          ") waiting on ring predecessor rank " + std::to_string(prev));
-    res = impl_->backend->run(op);
+                          ") waiting on ring predecessor rank " + std::to_string(prev) +
+                          (stream ? " (side comm stream)" : ""));
+    res = backend.run(op);
   }
   const auto t1 = Clock::now();
   const double wall_s = std::chrono::duration<double>(t1 - t0).count();
@@ -183,7 +220,9 @@ BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string t
   // stream's wait for compute.
   e.time_s = res.device_seconds >= 0 ? res.device_seconds : wall_s;
   e.tag = std::move(tag);
-  ledger_.record(e);  // only one thread appends; readers wait for synchronize()
+  e.stream = stream;
+  std::lock_guard<std::mutex> lock(impl_->ledger_m);  // readers wait for synchronize()
+  ledger_.record(e);
   return res;
 }
 
@@ -204,9 +243,10 @@ static void validate(const CollectiveOp& op) {
 }
 
 CommHandle Communicator::all_reduce_async(void* buf, size_t count, DType t, GroupKind g,
-                                          std::string tag) {
+                                          std::string tag, CommStream stream,
+                                          const CommHandle& input) {
   CollectiveOp op{CollKind::kAllReduce, &group(g), buf, buf, count, t, 0};
-  return submit(op, std::move(tag));
+  return submit(op, std::move(tag), stream, input);
 }
 
 CommHandle Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
@@ -236,16 +276,22 @@ CommHandle Communicator::barrier_async(GroupKind g) {
   return submit(op, {});
 }
 
-CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
+CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag, CommStream stream,
+                                const CommHandle& input) {
   validate(issued);
+  const int si = std::min(int(stream), impl_->num_streams - 1);
+  // the stream's FIFO orders an input issued on the same stream already
+  const bool other_input = input.state_ != nullptr && si != 0;
   CollectiveOp op = issued;
-  op.issue_mark = impl_->backend->on_issue();  // on this thread, in issue order
+  CommBackend& backend = *impl_->streams[si].backend;
+  op.issue_mark = backend.on_issue();  // on this thread, in issue order
   auto state = std::make_shared<CommHandle::State>();
   state->tally = impl_->tally;
-  if (impl_->backend->runs_at_issue()) {
+  if (backend.runs_at_issue()) {
     state->seq = impl_->issued++;  // no comm thread: nothing else touches the counters
-    const BackendResult res = run_and_record(op, std::move(tag), state->seq);
-    state->simulated = impl_->backend.get();
+    if (other_input) op.ready_s = input.state_->end_s;
+    const BackendResult res = run_and_record(op, std::move(tag), state->seq, si);
+    state->simulated = &backend;
     state->end_s = res.end_s;
     state->done.store(true);
     return CommHandle(std::move(state));
@@ -255,17 +301,19 @@ CommHandle Communicator::submit(const CollectiveOp& issued, std::string tag) {
     SB_CHECK(!impl_->stop, "collective issued on a communicator being destroyed");
     state->seq = impl_->issued;
     state->issued_at = Clock::now();
-    impl_->queue.push_back(Impl::Task{op, std::move(tag), state});
+    impl_->streams[si].queue.push_back(
+        Impl::Task{op, std::move(tag), state, other_input ? input.state_ : nullptr});
     ++impl_->issued;
   }
-  impl_->cv_work.notify_one();
+  impl_->streams[si].cv_work.notify_one();
   return CommHandle(std::move(state));
 }
 
 void Communicator::synchronize() {
-  if (impl_->backend->runs_at_issue()) {
-    const double blocked = impl_->backend->wait_all();
-    impl_->tally->add_simulated(CommWait::kAllOps, blocked, impl_->backend->now_s());
+  if (impl_->backend().runs_at_issue()) {
+    double blocked = 0;
+    for (int s = 0; s < impl_->num_streams; ++s) blocked += impl_->streams[s].backend->wait_all();
+    impl_->tally->add_simulated(CommWait::kAllOps, blocked, impl_->backend().now_s());
     return;
   }
   const auto t0 = Clock::now();
@@ -274,6 +322,19 @@ void Communicator::synchronize() {
     impl_->cv_idle.wait(lock, [&] { return impl_->completed == impl_->issued; });
   }
   impl_->tally->add(CommWait::kAllOps, t0);
+  sort_ledger_tail();
+}
+
+// Two streams complete out of issue order; readers (phases, trace, byte sums) expect issue order.
+void Communicator::sort_ledger_tail() {
+  std::lock_guard<std::mutex> lock(impl_->ledger_m);
+  auto& entries = ledger_.mutable_entries();
+  auto from = entries.end();
+  while (from != entries.begin() && std::prev(from)->seq >= impl_->synced_seq) --from;
+  const auto by_seq = [](const LedgerEntry& a, const LedgerEntry& b) { return a.seq < b.seq; };
+  std::stable_sort(from, entries.end(), by_seq);
+  std::lock_guard<std::mutex> issue_lock(impl_->m);
+  impl_->synced_seq = impl_->issued;
 }
 
 double Communicator::blocked_seconds() const { return double(impl_->tally->ns.load()) * 1e-9; }

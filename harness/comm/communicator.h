@@ -1,8 +1,10 @@
 // The Communicator front end: every collective goes through here, is recorded in the Ledger,
 // and is forwarded to a backend (MPI on host memory, NCCL on device memory). Asynchronous calls
 // return a handle; a per-rank communication thread runs the calls in issue order (a "comm
-// stream"), so communication progresses while the caller computes. A simulated backend (the
-// predictor's) runs each call at issue instead, on its logical clock. Strategies see only this.
+// stream"), so communication progresses while the caller computes; a second stream (own
+// backend, own thread) runs what the real system issues on a stream of its own. A simulated
+// backend (the predictor's) runs each call at issue instead, on its logical clock. Strategies
+// see only this.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +22,14 @@ namespace sb {
 // send) or the MPI library's own (bytes from the ring model).
 enum class CollectiveImpl { kRing, kMpiNative };
 
+// The comm streams of a rank. kMain runs every collective in issue order. kSide is a second
+// stream with a backend of its own (its own MPI communicators: a separate process group, as
+// PyTorch's inter-node group) and its own thread: an op issued there waits only for the ops
+// issued before it on kSide and for the one handle it names as its input, not for kMain's queue
+// (FSDP HYBRID_SHARD's inter-node all-reduce: torch main `_all_reduce_stream`). Without a side
+// backend, kSide ops run on kMain in issue order.
+enum class CommStream : uint8_t { kMain = 0, kSide = 1 };
+
 // One collective as the backend sees it. All reductions are sums (bf16 summed in fp32 and
 // rounded once per hop).
 struct CollectiveOp {
@@ -31,6 +41,7 @@ struct CollectiveOp {
   DType dtype = DType::kF32;
   int root_index = 0;          // broadcast root, as an index into group->ranks
   uint64_t issue_mark = 0;     // what the backend's on_issue() returned for this op
+  double ready_s = 0;          // simulated: logical time its input (another stream's op) is done
 };
 
 // What a backend reports about one collective it ran.
@@ -79,6 +90,8 @@ struct CommWait {
 };
 
 class CommHandle {
+  friend class Communicator;  // reads an input's state when an op on another stream names it
+
  public:
   struct State;
   CommHandle() = default;
@@ -98,8 +111,11 @@ class CommHandle {
 
 class Communicator {
  public:
-  Communicator(const Topology& topo, std::unique_ptr<CommBackend> backend, Ledger& ledger);
-  ~Communicator();  // drains the queue and joins the comm thread
+  // side: the backend of the kSide stream (nullptr: kSide ops run on kMain). It must be a
+  // backend of the same kind as `backend`, on communicators of its own.
+  Communicator(const Topology& topo, std::unique_ptr<CommBackend> backend, Ledger& ledger,
+               std::unique_ptr<CommBackend> side = nullptr);
+  ~Communicator();  // drains the queues and joins the comm threads
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -107,9 +123,13 @@ class Communicator {
   const Group& group(GroupKind g) const { return topo_.group(g); }
   std::string backend_name() const;
 
-  // In-place sum over the group.
+  // In-place sum over the group. On CommStream::kSide it starts once `input` (an op on kMain
+  // that writes buf) is done.
   CommHandle all_reduce_async(void* buf, size_t count, DType t, GroupKind g,
-                              std::string tag = {});
+                              std::string tag = {}, CommStream stream = CommStream::kMain,
+                              const CommHandle& input = {});
+  // Whether kSide is a stream of its own here (false: it is kMain).
+  bool has_side_stream() const;
   // send holds recv_count * group size elements; rank i of the group receives the sum of
   // block i. Afterwards each rank holds the summed values of its own block.
   CommHandle reduce_scatter_async(const void* send, void* recv, size_t recv_count, DType t,
@@ -147,16 +167,21 @@ class Communicator {
   void record_waits(bool on);
   std::vector<CommWait> take_waits();
 
-  // The ledger is appended by the comm thread; read it only after synchronize().
+  // The ledger is appended by the comm threads; read it only after synchronize(), which
+  // leaves it in issue order (LedgerEntry::seq).
   Ledger& ledger() { return ledger_; }
 
  private:
   struct Impl;
-  CommHandle submit(const CollectiveOp& op, std::string tag);  // validate, queue, return handle
-  // Runs op on the backend and appends its ledger entry (comm thread, or the caller's for a
-  // backend that runs at issue).
-  // seq: the op's issue order (LedgerEntry::seq).
-  BackendResult run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq);
+  // validate, queue on `stream` (after `input` where given), return handle
+  CommHandle submit(const CollectiveOp& op, std::string tag, CommStream stream = CommStream::kMain,
+                    const CommHandle& input = {});
+  // Runs op on the stream's backend and appends its ledger entry (comm thread, or the caller's
+  // for a backend that runs at issue). seq: the op's issue order (LedgerEntry::seq).
+  BackendResult run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq,
+                               int stream);
+  void start_stream(int stream);  // the comm thread of one stream
+  void sort_ledger_tail();        // entries since the last synchronize() into issue order
   const Topology& topo_;
   Ledger& ledger_;
   std::unique_ptr<Impl> impl_;

@@ -38,6 +38,7 @@ struct LedgerEntry {
   // simulated backend, the op's interval on its logical comm stream.
   uint64_t seq = 0;
   int64_t start_ns = 0, end_ns = 0;
+  int stream = 0;  // the comm stream it ran on (CommStream: 0 main, 1 side)
 };
 
 // Bytes rank `group.index` sends in a ring collective over `group`, classified per hop, exactly
@@ -50,6 +51,7 @@ class Ledger {
  public:
   void record(const LedgerEntry& e) { entries_.push_back(e); }
   const std::vector<LedgerEntry>& entries() const { return entries_; }
+  std::vector<LedgerEntry>& mutable_entries() { return entries_; }  // the Communicator's reorder
   void clear() { entries_.clear(); }
   size_t size() const { return entries_.size(); }
   // Sums over entries [from, end): payload, sent intra/inter.

@@ -1,5 +1,6 @@
-// MPI process lifetime and discovery: MPI_Init_thread at SERIALIZED (all MPI calls of a run
-// come from one thread at a time: the main thread, or a Communicator's comm thread), the
+// MPI process lifetime and discovery: MPI_Init_thread at MULTIPLE (a Communicator's two comm
+// threads call MPI at once, each on communicators of its own; the main thread calls MPI only
+// while no Communicator issues), the
 // MPI_Abort hook behind SB_CHECK, the node map, and small main-thread helpers. No collectives of
 // the workload run here; those go through a Communicator and its backend.
 #include "harness/comm/mpi_runtime.h"
@@ -22,11 +23,12 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   SB_CHECK(!initialized, "MPI initialized twice");
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   set_abort_hook(&mpi_abort_hook);
   set_log_rank(rank());
-  SB_CHECK(provided >= MPI_THREAD_SERIALIZED,
-           "MPI provides thread level " << provided << "; the comm thread needs SERIALIZED");
+  SB_CHECK(provided >= MPI_THREAD_MULTIPLE,
+           "MPI provides thread level " << provided
+                                        << "; the two comm streams need MPI_THREAD_MULTIPLE");
   // Errors on the communicators we use abort the job with MPI's message (the default too).
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }

@@ -16,7 +16,7 @@ namespace sb {
 
 class MpiRuntime {
  public:
-  MpiRuntime(int* argc, char*** argv);  // MPI_Init_thread(MPI_THREAD_SERIALIZED), abort hook
+  MpiRuntime(int* argc, char*** argv);  // MPI_Init_thread(MPI_THREAD_MULTIPLE), abort hook
   ~MpiRuntime();                        // MPI_Finalize
   int world_size() const;
   int rank() const;

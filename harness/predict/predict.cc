@@ -57,17 +57,17 @@ class BareWorkload final : public Workload {
 // from the clock.
 class MeasuredStep final : public StepObserver {
  public:
-  MeasuredStep(SimBackend& backend, TrafficAccount& account, SimClock& clock)
-      : backend_(backend), account_(account), clock_(clock) {}
+  MeasuredStep(std::vector<SimBackend*> backends, TrafficAccount& account, SimClock& clock)
+      : backends_(std::move(backends)), account_(account), clock_(clock) {}
   void measured_begin() override {
-    backend_.set_account(&account_);
+    for (SimBackend* b : backends_) b->set_account(&account_);
     busy_at_begin_ = clock_.busy_s;
   }
   void measured_end() override { busy_s_ = clock_.busy_s - busy_at_begin_; }
   double busy_s() const { return busy_s_; }
 
  private:
-  SimBackend& backend_;
+  std::vector<SimBackend*> backends_;  // one per comm stream
   TrafficAccount& account_;
   SimClock& clock_;
   double busy_at_begin_ = 0, busy_s_ = 0;
@@ -187,11 +187,11 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   };
   TrafficAccount setup_account = account(), step_account = account();
   auto backend = std::make_unique<SimBackend>(clock, &setup_account);
-  SimBackend& sim = *backend;
+  auto side = std::make_unique<SimBackend>(clock, &setup_account, CommStream::kSide);
+  MeasuredStep measured({backend.get(), side.get()}, step_account, clock);
   Ledger ledger;
-  Communicator comm(sim_topo, std::move(backend), ledger);
+  Communicator comm(sim_topo, std::move(backend), ledger, std::move(side));
   SymmetricRanks ranks(N);
-  MeasuredStep measured(sim, step_account, clock);
   TrainContext ctx(comm, *device, ranks);
   ctx.observers = {&measured};
   ctx.gather_params = false;

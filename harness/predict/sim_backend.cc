@@ -8,12 +8,12 @@ namespace sb {
 BackendResult SimBackend::run(const CollectiveOp& op) {
   const double duration =
       account_->add(PredictedCall{op.kind, op.group->kind, uint64_t(op.count), op.dtype});
-  const double start = std::max(clock_.compute_s, clock_.comm_free_s);
-  clock_.comm_free_s = start + duration;
+  const double start = std::max({clock_.compute_s, free_s_, op.ready_s});
+  free_s_ = start + duration;
   BackendResult r;
   r.counted = false;  // the ledger takes the ring model's bytes: this is a prediction
   r.device_seconds = duration;
-  r.end_s = clock_.comm_free_s;
+  r.end_s = free_s_;
   return r;
 }
 

@@ -1,9 +1,11 @@
 // The predictor's simulated communication backend, behind the same Communicator as MPI and
 // NCCL: no data moves; each collective runs at issue on the caller's thread, its bytes are the
 // ring schedule's (the Communicator's ledger and the TrafficAccount, which sums every rank of
-// the symmetric world), and its completion is a logical time on one communication stream:
-// start = max(issue time on the compute clock, stream free), duration = traffic.cc's
-// alpha-beta time of its link classes. wait() moves the compute clock to the completion.
+// the symmetric world), and its completion is a logical time on its communication stream (one
+// SimBackend per CommStream, sharing the clock): start = max(issue time on the compute clock,
+// stream free, input from the other stream done), duration = traffic.cc's alpha-beta time of
+// its link classes (two streams do not slow each other). wait() moves the compute clock to the
+// completion.
 #pragma once
 
 #include <memory>
@@ -16,7 +18,10 @@ namespace sb {
 
 class SimBackend final : public CommBackend {
  public:
-  SimBackend(SimClock& clock, TrafficAccount* account) : clock_(clock), account_(account) {}
+  SimBackend(SimClock& clock, TrafficAccount* account, CommStream stream = CommStream::kMain)
+      : clock_(clock),
+        account_(account),
+        free_s_(stream == CommStream::kMain ? clock.comm_free_s : clock.side_comm_free_s) {}
   // Where the next collectives are summed (the measured step gets an account of its own).
   void set_account(TrafficAccount* account) { account_ = account; }
 
@@ -25,12 +30,13 @@ class SimBackend final : public CommBackend {
   bool runs_at_issue() const override { return true; }
   double wait_until(double end_s) override;
   bool done_by_now(double end_s) const override { return end_s <= clock_.compute_s; }
-  double wait_all() override { return wait_until(clock_.comm_free_s); }
+  double wait_all() override { return wait_until(free_s_); }
   double now_s() const override { return clock_.compute_s; }
 
  private:
   SimClock& clock_;
   TrafficAccount* account_;
+  double& free_s_;  // when this backend's stream is next idle (a SimClock field)
 };
 
 }  // namespace sb

@@ -136,7 +136,7 @@ class SimDevice final : public Device {
  private:
   void advance(double seconds) {
     // Where communication takes the compute's cores, a kernel waits for the stream to be idle.
-    const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_free_s)
+    const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_idle_s())
                                        : clock_.compute_s;
     clock_.compute_s = start + seconds * slow_;
     clock_.busy_s += seconds * slow_;

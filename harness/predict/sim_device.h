@@ -18,6 +18,10 @@ namespace sb {
 struct SimClock {
   double compute_s = 0;    // where the compute stream is
   double comm_free_s = 0;  // when the communication stream is next idle
+  double side_comm_free_s = 0;  // when the side comm stream (CommStream::kSide) is next idle
+  double comm_idle_s() const {  // when both are
+    return comm_free_s > side_comm_free_s ? comm_free_s : side_comm_free_s;
+  }
   double busy_s = 0;       // kernel time so far (compute without the waits)
   bool serial = false;     // ranks outnumber cores: communication takes the compute's cores
 };

@@ -162,7 +162,7 @@ void PhaseClock::trace_step(const StepPhases& p, const Ledger& ledger, size_t le
     const LedgerEntry& e = all[i];
     by_seq[e.seq] = &e;
     ev.push_back({coll_name(e.kind),
-                  kCommTid,
+                  e.stream ? kCommSideTid : kCommTid,
                   e.start_ns,
                   e.end_ns - e.start_ns,
                   {{"step", step},

@@ -31,7 +31,8 @@ constexpr int kNumPhases = 4;
 struct StepPhases {
   double forward_s = 0, backward_s = 0, optimizer_s = 0, exposed_comm_s = 0, other_s = 0;
   double step_s = 0;
-  double comm_busy_s = 0;  // Σ LedgerEntry::time_s of the step: the comm thread's busy time
+  double comm_busy_s = 0;  // Σ LedgerEntry::time_s of the step: the comm threads' busy time
+                           // (both streams summed)
   int rank = 0;            // whose phases these are (after aggregation: the slowest rank's)
   // Share of the comm thread's busy time hidden behind compute, in [0, 1] (0 if no comm).
   double overlap_fraction() const;
@@ -41,11 +42,13 @@ struct StepPhases {
 // measured step.
 struct TraceEvent {
   std::string name;
-  int tid = 0;  // kComputeTid | kCommTid
+  int tid = 0;  // kComputeTid | kCommTid | kCommSideTid
   int64_t ts_ns = 0, dur_ns = 0;
   nlohmann::json args;
 };
-constexpr int kComputeTid = 1, kCommTid = 2;
+// kCommSideTid: the side comm stream's collectives (CommStream::kSide), a track of their own
+// because they overlap the main stream's.
+constexpr int kComputeTid = 1, kCommTid = 2, kCommSideTid = 3;
 // Bound on a trace's size: at most this many events per rank, whole steps only (a step that would
 // pass it and every later one are left out; the trace says which steps it holds).
 constexpr size_t kMaxTraceEventsPerRank = 20000;

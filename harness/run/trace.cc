@@ -39,6 +39,7 @@ nlohmann::json trace_document(const std::string& strategy, const std::vector<Ran
     events.push_back(metadata("process_name", pid, 0, "rank " + std::to_string(r)));
     events.push_back(metadata("thread_name", pid, kComputeTid, "compute"));
     events.push_back(metadata("thread_name", pid, kCommTid, "comm"));
+    events.push_back(metadata("thread_name", pid, kCommSideTid, "comm (side stream)"));
     for (const TraceEvent& e : ranks[r].events)
       events.push_back({{"name", e.name},
                         {"ph", "X"},

@@ -459,6 +459,21 @@ class FaultTest(unittest.TestCase):
         self.check("hang", ["[rank 2] injected fault: hang", "watchdog: ", "waiting on ring predecessor rank",
                             "--timeout-s"])
 
+    def test_hang_and_exit_with_the_side_comm_stream(self):
+        # fsdp_hybrid_shard runs its inter-node all-reduces on a second comm thread with MPI
+        # communicators of its own: a rank that hangs or exits still ends the job in bounded time.
+        for kind, needle in (("hang", "watchdog: "), ("exit", "injected fault: exit")):
+            with self.subTest(kind=kind):
+                t0 = time.time()
+                p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny",
+                       "--strategies", "fsdp_hybrid_shard", "--steps", "3", "--warmup", "0",
+                       "--timeout-s", "5", "--inject-fault", "2:1:" + kind, "--out",
+                       os.path.join(tempfile.mkdtemp(prefix="sbfault"), "r.json"), "--quiet",
+                       timeout=120)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertLess(time.time() - t0, 60)
+                self.assertIn(needle, p.stderr + p.stdout)
+
     def test_exit_then_resume(self):
         out = self.check("exit", ["[rank 2] injected fault: exit at step 9"])
         p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--steps", "2",

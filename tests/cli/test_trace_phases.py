@@ -17,6 +17,7 @@ SB = os.path.join(BUILD, "shardbench")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
 STRATEGIES = ["ddp", "zero3", "fsdp_full_shard", "fsdp_hybrid_shard"]
+COMM_TIDS = (2, 3)  # the main comm stream's track; the side stream's (HYBRID_SHARD's all-reduce)
 PHASES = ["forward_s", "backward_s", "optimizer_s", "exposed_comm_s", "other_s"]
 # The phases partition the step on the rank that set it, so they add up to the reported step
 # time up to floating-point rounding: 1 microsecond is the stated tolerance.
@@ -88,13 +89,14 @@ class PhasesAndTrace(unittest.TestCase):
             for pid in range(self.NP):
                 self.assertEqual(names[(pid, 1)], "compute")
                 self.assertEqual(names[(pid, 2)], "comm")
+                self.assertEqual(names[(pid, 3)], "comm (side stream)")
             for e in x_events(t):
                 for key, typ in (("name", str), ("ph", str), ("ts", (int, float)),
                                  ("dur", (int, float)), ("pid", int), ("tid", int),
                                  ("args", dict)):
                     self.assertIsInstance(e.get(key), typ, f"{s}: {e}")
                 self.assertIn(e["pid"], range(self.NP))
-                self.assertIn(e["tid"], (1, 2))
+                self.assertIn(e["tid"], (1, 2, 3))
                 self.assertGreaterEqual(e["dur"], 0)
                 self.assertGreaterEqual(e["ts"], 0)
 
@@ -107,7 +109,7 @@ class PhasesAndTrace(unittest.TestCase):
                 by_kind[(k["kind"], k["group"])] += k["count"]
             steps = t["otherData"]["steps_per_rank"]
             self.assertEqual(steps, [[0, 1, 2]] * self.NP, s)  # every measured step, every rank
-            comm = [e for e in x_events(t) if e["tid"] == 2]
+            comm = [e for e in x_events(t) if e["tid"] in COMM_TIDS]
             for pid in range(self.NP):
                 mine = [e for e in comm if e["pid"] == pid]
                 seqs = [e["args"]["seq"] for e in mine]
@@ -130,7 +132,7 @@ class PhasesAndTrace(unittest.TestCase):
 
     def test_compute_track_nests_and_comm_track_is_sequential(self):
         # What a trace viewer needs to draw one track: compute events nest (step > phase >
-        # segment > wait), and the comm thread runs one collective at a time.
+        # segment > wait), and each comm stream runs one collective at a time.
         for s, t in self.traces.items():
             for pid in range(self.NP):
                 ev = [e for e in x_events(t) if e["pid"] == pid]
@@ -144,15 +146,38 @@ class PhasesAndTrace(unittest.TestCase):
                                              stack[-1]["ts"] + stack[-1]["dur"] + 1e-3,
                                              f"{s} rank {pid}: {e} crosses {stack[-1]}")
                     stack.append(e)
-                comm = sorted((e for e in ev if e["tid"] == 2), key=lambda e: e["ts"])
-                for a, b in zip(comm, comm[1:]):
-                    self.assertLessEqual(a["ts"] + a["dur"], b["ts"] + 1e-3, s)
-                    self.assertLess(a["args"]["seq"], b["args"]["seq"], s)
+                for tid in COMM_TIDS:
+                    comm = sorted((e for e in ev if e["tid"] == tid), key=lambda e: e["ts"])
+                    for a, b in zip(comm, comm[1:]):
+                        self.assertLessEqual(a["ts"] + a["dur"], b["ts"] + 1e-3, s)
+                        self.assertLess(a["args"]["seq"], b["args"]["seq"], s)
+
+    def test_hybrid_all_reduce_runs_on_the_side_stream_after_its_reduce_scatter(self):
+        # HYBRID_SHARD's inter-node all-reduce: its own track (stream and communicators), each
+        # one starting only after the reduce-scatter of its unit has ended on the main track;
+        # every other collective on the main track.
+        for s, t in self.traces.items():
+            ev = x_events(t)
+            side = [e for e in ev if e["tid"] == 3]
+            if s != "fsdp_hybrid_shard":
+                self.assertEqual(side, [], s)
+                continue
+            self.assertTrue(side, s)
+            main = {(e["pid"], e["args"]["seq"]): e for e in ev if e["tid"] == 2}
+            for e in side:
+                self.assertEqual((e["args"]["kind"], e["args"]["group"]), ("all_reduce", "inter"))
+                rs = [m for (pid, seq), m in main.items() if pid == e["pid"] and
+                      seq < e["args"]["seq"] and m["args"]["tag"] == e["args"]["tag"] and
+                      m["args"]["kind"] == "reduce_scatter"]
+                self.assertTrue(rs, e)
+                last = max(rs, key=lambda m: m["args"]["seq"])
+                self.assertGreaterEqual(e["ts"] + 1e-3, last["ts"] + last["dur"], e)
+            self.assertFalse([e for e in main.values() if e["args"]["group"] == "inter"], s)
 
     def test_waits_name_collectives_of_their_rank_and_step(self):
         for s, t in self.traces.items():
             ev = x_events(t)
-            comm = {(e["pid"], e["args"]["seq"]): e for e in ev if e["tid"] == 2}
+            comm = {(e["pid"], e["args"]["seq"]): e for e in ev if e["tid"] in COMM_TIDS}
             waits = [e for e in ev if e["tid"] == 1 and e["name"].startswith("wait")]
             self.assertTrue(waits, s)
             for w in waits:
@@ -171,7 +196,7 @@ class PhasesAndTrace(unittest.TestCase):
                 step_ev = [e for e in mine if e["name"] == f"step {step}"]
                 self.assertEqual(len(step_ev), 1)
                 self.assertAlmostEqual(step_ev[0]["dur"] * 1e-6, p["step_s"], delta=1e-8)
-                busy = sum(e["dur"] for e in mine if e["tid"] == 2) * 1e-6
+                busy = sum(e["dur"] for e in mine if e["tid"] in COMM_TIDS) * 1e-6
                 self.assertAlmostEqual(busy, p["comm_busy_s"], delta=1e-6, msg=s)
                 waited = sum(e["dur"] for e in mine if e["name"].startswith("wait")) * 1e-6
                 self.assertAlmostEqual(waited, p["exposed_comm_s"], delta=1e-6, msg=s)

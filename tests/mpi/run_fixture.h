@@ -30,8 +30,9 @@ inline RunEnv& run_env() {
     auto* e = new RunEnv;
     e->topo = test_topology();
     e->device = make_cpu_device();
-    e->comm = std::make_unique<Communicator>(e->topo, make_mpi_backend(e->topo, CollectiveImpl::kRing),
-                                             e->ledger);
+    e->comm = std::make_unique<Communicator>(
+        e->topo, make_mpi_backend(e->topo, CollectiveImpl::kRing), e->ledger,
+        make_mpi_backend(e->topo, CollectiveImpl::kRing));  // the side comm stream's
     return e;
   }();
   return *env;
