@@ -353,8 +353,7 @@ void add_predict_command(CLI::App& app) {
   p->add_option("--json", a.json, "Write the prediction document here");
 }
 
-int predict_command() {
-  const PredictArgs& a = g_args;
+static int predict_all(const PredictArgs& a) {
   Cluster cl;
   try {
     cl = load_cluster(a.cluster);
@@ -382,6 +381,16 @@ int predict_command() {
     fmt::print("prediction: {}\n", a.json);
   }
   return 0;
+}
+
+// A strategy that refuses the settings in its setup (a value the flag's range allows but the
+// strategy does not, e.g. --fsdp2-reshard-after-forward 3 on a node of 2) is the user's error.
+int predict_command() {
+  try {
+    return predict_all(g_args);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 }
 
 }  // namespace sb

@@ -118,6 +118,8 @@ CASES = [
     (["run", "--model", "tiny", "--fsdp-config", f"{FS}/hybrid_bf16_post.json", "--strategies",
       "ddp,fsdp_full_shard"], "--strategies fsdp_full_shard"),
     (["predict", "--model", "tiny", "--zero-schedule", "ideal"], "--zero-schedule"),
+    (["predict", "--model", "tiny", "--world", "4", "--ranks-per-node", "2",
+      "--fsdp2-reshard-after-forward", "3"], "--fsdp2-reshard-after-forward 3"),
     (["predict", "--model", "tiny", "--grad-accum", "0"], "--grad-accum"),
     (["predict", "--model", "tiny", "--ds-config", f"{DS}/bad_unknown_zero_key.json"],
      "zero_optimization.bogus_knob: unknown or unsupported key"),

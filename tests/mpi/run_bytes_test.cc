@@ -118,8 +118,19 @@ TEST(BytesShape, RecomputeGathersTheBlockAgainUnderZero3NotUnderFsdp) {
   EXPECT_EQ(gathers(z3, "h.1.attn.qkv.weight"), 3);
   EXPECT_EQ(gathers(z3, "h.1.mlp.fc.weight"), 3);
   EXPECT_EQ(gathers(z3, "h.0.attn.qkv.weight"), 2);
-  const StrategyRun shipped = run("zero3", cfg, false);
+  RunConfig per_tensor = cfg;  // tags name tensors only without the coalesced fetch
+  per_tensor.options.zero3_coalesced_fetch = false;
+  const StrategyRun shipped = run("zero3", per_tensor, false);
   EXPECT_EQ(gathers(shipped, "h.1.attn.qkv.weight"), 1);
+  // coalesced, as shipped: the recompute gathers nothing more than the run without it
+  auto gathered = [](const StrategyRun& r) {
+    uint64_t b = 0;
+    for (const LedgerEntry& e : r.step_entries) b += e.kind == CollKind::kAllGather ? e.payload_bytes : 0;
+    return b;
+  };
+  RunConfig no_ac = cfg;
+  no_ac.model.checkpoint_every = 0;
+  EXPECT_EQ(gathered(run("zero3", cfg, false)), gathered(run("zero3", no_ac, false)));
   const StrategyRun fs = run("fsdp_full_shard", cfg, false);
   EXPECT_EQ(gathers(fs, "unit2"), 2);
   EXPECT_EQ(gathers(fs, "unit1"), 2);

@@ -150,13 +150,5 @@ TEST_P(DdpGradAccum, NoSyncTrainsLikeTheFullBatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(K, DdpGradAccum, ::testing::Values(2, 3));
 
-TEST(GradAccum, AStrategyThatCannotAccumulateSaysSo) {
-  RunConfig c = tiny_config(Precision::kFp32, 1);
-  c.options.grad_accum = 2;
-  const StrategyRun r = run("fsdp2", c, false);  // FSDP2 does not accumulate yet
-  EXPECT_EQ(r.status, "error");
-  EXPECT_NE(r.error.find("--grad-accum 2: fsdp2"), std::string::npos) << r.error;
-}
-
 }  // namespace
 }  // namespace sb::testing

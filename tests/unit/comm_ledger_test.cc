@@ -58,8 +58,8 @@ bool hop_is_inter(const Topology& t, GroupKind g) {
     case GroupKind::kWorld: return t.local_rank() == t.ranks_per_node() - 1;
     case GroupKind::kIntra: return false;
     case GroupKind::kInter: return true;
+    default: return false;  // MiCS's groups are not in this ring model's shapes
   }
-  return false;
 }
 
 // Divisible sizes: every rank sends exactly (nccl-tests PERFORMANCE.md, ring)
