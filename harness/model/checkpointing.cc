@@ -55,13 +55,27 @@ std::vector<ModuleVisit> step_visits(const ModelLayout& layout) {
 
 double recompute_flops_per_step(const GptConfig& c, uint64_t tokens) {
   const double C = c.n_embd, T = c.seq_len;
-  return double(checkpointed_blocks(c)) * (24.0 * C * C + 4.0 * C * T) * double(tokens);
+  // A block's matmul weights: GPT-2 12C²; Llama wq, wo C² each, wk, wv C·KV·hd each, SwiGLU's
+  // w1, w3, w2 C·F each (llama_flops_per_step's N_matmul per layer).
+  const double block =
+      c.arch == ArchKind::kLlama
+          ? 2.0 * C * C + 2.0 * C * c.kv_heads() * c.head_dim() + 3.0 * C * c.ffn_hidden
+          : 12.0 * C * C;
+  return double(checkpointed_blocks(c)) * (2.0 * block + 4.0 * C * T) * double(tokens);
 }
 
 const char* hardware_flop_formula() {
   return "model FLOPs + n_ckpt*(24*C^2 + 4*C*T)*tokens: each checkpointed block's forward "
          "(its matmuls 2*12*C^2 and attention's scores and values 4*C*T per token) runs again "
          "in backward; n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing";
+}
+
+const char* hardware_flop_formula(const GptConfig& c) {
+  if (c.arch != ArchKind::kLlama) return hardware_flop_formula();
+  return "model FLOPs + n_ckpt*(2*(2*C^2 + 2*C*KV*hd + 3*C*F) + 4*C*T)*tokens: each "
+         "checkpointed Llama block's forward (its matmuls wq, wo C^2, wk, wv C*KV*hd, w1, w3, w2 "
+         "C*F, and attention's scores and values 4*C*T per token) runs again in backward; "
+         "n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing";
 }
 
 }  // namespace sb

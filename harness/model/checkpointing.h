@@ -51,9 +51,11 @@ class RecomputeHooks final : public ModelHooks {
 };
 
 // The forward FLOPs recomputed in one step for `tokens` tokens: per checkpointed block its
-// matmuls (2 * 12C^2 per token) and attention's scores and values (4*C*T per token), a third
-// of the block's share of flops_per_step. Hardware FLOPs = flops_per_step + this.
+// matmuls (2 * 12C^2 per token; Llama 2 * (2C^2 + 2·C·KV·hd + 3·C·F)) and attention's scores
+// and values (4*C*T per token), a third of the block's share of flops_per_step. Hardware
+// FLOPs = flops_per_step + this.
 double recompute_flops_per_step(const GptConfig& c, uint64_t tokens);
-const char* hardware_flop_formula();
+const char* hardware_flop_formula();                    // the GPT-2 block's
+const char* hardware_flop_formula(const GptConfig& c);  // c's block's
 
 }  // namespace sb

@@ -6,6 +6,7 @@
 #include "harness/common/check.h"
 #include "harness/model/checkpointing.h"
 #include "harness/model/llama.h"
+#include "harness/model/saved.h"
 
 namespace sb {
 namespace {
@@ -38,38 +39,6 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
   backward ? hooks.post_backward(m) : hooks.post_forward(m);
 }
 
-// One per-layer tensor saved for backward, [S, n]: layer l lives in slot slots[l] (S = L, or
-// fewer when checkpointed blocks share one). In fp32 it is the slices of one fp32 buffer.
-// Under bf16-mixed it is a tensor autocast keeps in bf16 (a matmul's output, or the bf16 copy
-// autocast makes of a matmul's input): layer l computes in one layer of fp32 work, store()
-// rounds the work into layer l's bf16 slice and leaves the rounded values in the work (what
-// the rest of the forward sees, as under autocast), load() brings them back for backward.
-class Saved {
- public:
-  Saved() = default;
-  Saved(MemoryTracker& m, const std::vector<int>& slots, size_t S, size_t n, bool bf16)
-      : slots_(slots), n_(n), bf16_(bf16), f32_(m, MemCategory::kActivations, bf16 ? n : S * n) {
-    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, S * n);
-  }
-  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + slot(l) * n_; }
-  void store(Device& d, int l) {
-    if (!bf16_) return;
-    d.f32_to_bf16(half_.data() + slot(l) * n_, f32_.data(), n_);
-    d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
-  }
-  void load(Device& d, int l) {
-    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
-  }
-
- private:
-  size_t slot(int l) const { return size_t(slots_[size_t(l)]); }
-  std::vector<int> slots_;
-  size_t n_ = 0;
-  bool bf16_ = false;
-  TrackedBuffer<float> f32_;
-  TrackedBuffer<uint16_t> half_;
-};
-
 }  // namespace
 
 // Forward activations kept for backward: llm.c's ActivationTensors less `preatt` (both devices
@@ -81,7 +50,7 @@ struct GptModel::Acts {
   TrackedBuffer<float> encoded;                            // [B,T,C]
   // Saved: bf16 under bf16-mixed (matmul inputs' copies and outputs); TrackedBuffer: fp32
   // always (the residual stream, LayerNorm statistics, softmax probabilities or lse, loss).
-  Saved ln1, qkv, atty, attproj, ln2, fch, fch_gelu, fcproj;  // [L,B,T,C] (qkv 3C, fch* 4C)
+  SavedPerLayer ln1, qkv, atty, attproj, ln2, fch, fch_gelu, fcproj;  // [L,B,T,C] (qkv 3C, fch* 4C)
   TrackedBuffer<float> ln1_mean, ln1_rstd;                 // [L,B,T] x2
   TrackedBuffer<float> att;  // naive: [L,B,NH,T,T] probabilities; fused: [L,B,NH,T] lse
   TrackedBuffer<float> residual2, residual3;               // [L,B,T,C]
@@ -126,7 +95,7 @@ struct GptModel::Acts {
   }
   // Layer l's bf16-saved tensors back into their fp32 work for its backward (no-op in fp32).
   void load_layer(Device& d, int l) {
-    for (Saved* s : {&ln1, &qkv, &atty, &ln2, &fch, &fch_gelu}) s->load(d, l);
+    for (SavedPerLayer* s : {&ln1, &qkv, &atty, &ln2, &fch, &fch_gelu}) s->load(d, l);
   }
 };
 
@@ -143,11 +112,10 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
                NH = config_.n_head, V = config_.vocab, BT = B * T;
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
   Acts& a = *acts_;
-  // Slots: one per kept layer, and one shared by the checkpointed ones (the recompute's).
-  const size_t kept = L - size_t(checkpointed_blocks(config_)), S = kept + (kept < L ? 1 : 0);
-  for (size_t l = 0, k = 0; l < L; ++l)
-    a.slot_of.push_back(is_checkpointed(config_, int(l)) ? int(S - 1) : int(k++));
-  auto saved = [&](size_t n) { return Saved(memory_, a.slot_of, S, n, bf16_activations); };
+  const LayerSlots slots(config_);  // one per kept layer, one shared by the checkpointed ones
+  const size_t S = slots.count;
+  a.slot_of = slots.of;
+  auto saved = [&](size_t n) { return SavedPerLayer(memory_, slots, n, bf16_activations); };
   a.tokens = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.targets = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
   a.encoded = f(BT * C);

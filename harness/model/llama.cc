@@ -8,6 +8,7 @@
 
 #include "harness/common/check.h"
 #include "harness/model/gpt.h"
+#include "harness/model/saved.h"
 
 namespace sb {
 namespace {
@@ -29,53 +30,32 @@ void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backwa
   backward ? hooks.post_backward(m) : hooks.post_forward(m);
 }
 
-// A per-layer tensor saved for backward, [L, n]: fp32 slices, or under bf16 one layer of fp32
-// work plus [L, n] bf16 (store rounds the work, load brings a layer back), as gpt.cc's Saved.
-class SavedLayers {
- public:
-  SavedLayers() = default;
-  SavedLayers(MemoryTracker& m, size_t L, size_t n, bool bf16)
-      : n_(n), bf16_(bf16), f32_(m, MemCategory::kActivations, bf16 ? n : L * n) {
-    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, L * n);
-  }
-  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + size_t(l) * n_; }
-  void store(Device& d, int l) {
-    if (!bf16_) return;
-    d.f32_to_bf16(half_.data() + size_t(l) * n_, f32_.data(), n_);
-    d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
-  }
-  void load(Device& d, int l) {
-    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + size_t(l) * n_, n_);
-  }
-
- private:
-  size_t n_ = 0;
-  bool bf16_ = false;
-  TrackedBuffer<float> f32_;
-  TrackedBuffer<uint16_t> half_;
-};
-
 }  // namespace
 
 // What the forward keeps for backward, and one layer of scratch (model_shape.h's
-// llama_activation_bytes counts it term by term).
+// llama_activation_bytes counts it term by term). Per-layer tensors live in their layer's slot
+// (saved.h's LayerSlots: checkpointed blocks share one); residual3, the next block's input,
+// stays per layer.
 struct LlamaModel::Acts {
   TrackedBuffer<int> tokens, targets;                      // [B,T]
   TrackedBuffer<float> encoded;                            // [B,T,C]
-  SavedLayers rms1, qkv, atty, rms2, h, g;                 // [L,B,T,·]: C, 3C, C, C, 2F, F
-  TrackedBuffer<float> rstd1, rstd2;                       // [L,B,T]
-  TrackedBuffer<float> att;  // naive: [L,B,H,T,T] probabilities; fused: [L,B,H,T] lse
-  TrackedBuffer<float> residual2, residual3;               // [L,B,T,C]
+  SavedPerLayer rms1, qkv, atty, rms2, h, g;               // [S,B,T,·]: C, 3C, C, C, 2F, F
+  TrackedBuffer<float> rstd1, rstd2;                       // [S,B,T]
+  TrackedBuffer<float> att;  // naive: [S,B,H,T,T] probabilities; fused: [S,B,H,T] lse
+  TrackedBuffer<float> residual2;                          // [S,B,T,C]
+  TrackedBuffer<float> residual3;                          // [L,B,T,C]
   TrackedBuffer<float> qkv_raw;  // [B,T,C+2·KV·hd]: forward's projection, backward's gradient
   TrackedBuffer<float> work;     // [B,T,C]: a branch's output, or d of a norm output / atty
   TrackedBuffer<float> rmsf, rstdf;                        // [B,T,C], [B,T]
   TrackedBuffer<float> logits, probs;                      // [B,T,V]; logits become dlogits
   TrackedBuffer<float> dresidual, dqkv, datt, dh, dg;      // C, 3C, att scratch, 2F, F
   size_t att_per_layer = 0, btc = 0, bt = 0;
+  std::vector<int> slot_of;
   bool have_forward = false;
+  size_t slot(int l) const { return size_t(slot_of[size_t(l)]); }
   float* residual_in(int l) { return l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc; }
   void load_layer(Device& d, int l) {
-    for (SavedLayers* s : {&rms1, &qkv, &atty, &rms2, &h, &g}) s->load(d, l);
+    for (SavedPerLayer* s : {&rms1, &qkv, &atty, &rms2, &h, &g}) s->load(d, l);
   }
 };
 
@@ -87,8 +67,11 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
                H = config_.n_head, V = config_.vocab, F = config_.ffn_hidden, BT = B * T,
                KVD = size_t(config_.kv_heads()) * config_.head_dim();
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory, MemCategory::kActivations, n); };
-  auto saved = [&](size_t n) { return SavedLayers(memory, L, n, bf16_activations); };
+  const LayerSlots slots(config_);
+  const size_t S = slots.count;
+  auto saved = [&](size_t n) { return SavedPerLayer(memory, slots, n, bf16_activations); };
   Acts& a = *acts_;
+  a.slot_of = slots.of;
   a.bt = BT;
   a.btc = BT * C;
   a.tokens = TrackedBuffer<int>(memory, MemCategory::kActivations, BT);
@@ -100,11 +83,11 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   a.rms2 = saved(BT * C);
   a.h = saved(BT * 2 * F);
   a.g = saved(BT * F);
-  a.rstd1 = f(L * BT);
-  a.rstd2 = f(L * BT);
+  a.rstd1 = f(S * BT);
+  a.rstd2 = f(S * BT);
   a.att_per_layer = config_.attention == AttentionKind::kFused ? B * H * T : B * H * T * T;
-  a.att = f(L * a.att_per_layer);
-  a.residual2 = f(L * BT * C);
+  a.att = f(S * a.att_per_layer);
+  a.residual2 = f(S * BT * C);
   a.residual3 = f(L * BT * C);
   a.qkv_raw = f(BT * (C + 2 * KVD));
   a.work = f(BT * C);
@@ -128,11 +111,11 @@ void LlamaModel::forward_block(int l, ModelHooks& hooks) {
             KV = config_.kv_heads(), hd = config_.head_dim(), F = config_.ffn_hidden,
             BT = B * T, m0 = 1 + kLlamaModulesPerBlock * l;
   const float* residual = a.residual_in(l);
-  float* residual2 = a.residual2.data() + l * a.btc;
+  float* residual2 = a.residual2.data() + a.slot(l) * a.btc;
   float* residual3 = a.residual3.data() + l * a.btc;
-  float* rstd1 = a.rstd1.data() + l * a.bt;
-  float* rstd2 = a.rstd2.data() + l * a.bt;
-  float* att = a.att.data() + l * a.att_per_layer;
+  float* rstd1 = a.rstd1.data() + a.slot(l) * a.bt;
+  float* rstd2 = a.rstd2.data() + a.slot(l) * a.bt;
+  float* att = a.att.data() + a.slot(l) * a.att_per_layer;
   run_module(hooks, layout_, m0, false, [&](Mod& m) {
     d.rmsnorm_forward(a.rms1.at(l), rstd1, residual, m.w(), BT, C);
   });
@@ -202,7 +185,11 @@ void LlamaModel::backward_block(int l, ModelHooks& hooks) {
             BT = B * T, m0 = 1 + kLlamaModulesPerBlock * l;
   float* dres = a.dresidual.data();
   float* dx = a.work.data();
-  const float* att = a.att.data() + l * a.att_per_layer;
+  const float* att = a.att.data() + a.slot(l) * a.att_per_layer;
+  if (is_checkpointed(config_, l)) {  // rebuild the block's activations from its input
+    RecomputeHooks recompute(hooks);
+    forward_block(l, recompute);
+  }
   a.load_layer(d, l);
   run_module(hooks, layout_, m0 + 5, true, [&](Mod& m) {
     d.linear_backward(a.dg.data(), m.dw(), nullptr, dres, a.g.at(l), m.w(), BT, F, C);
@@ -212,8 +199,8 @@ void LlamaModel::backward_block(int l, ModelHooks& hooks) {
     d.linear_backward(dx, m.dw(), nullptr, a.dh.data(), a.rms2.at(l), m.w(), BT, C, 2 * F);
   });
   run_module(hooks, layout_, m0 + 3, true, [&](Mod& m) {  // now d residual2
-    d.rmsnorm_backward(dres, m.dw(), dx, a.residual2.data() + l * a.btc, m.w(),
-                       a.rstd2.data() + l * a.bt, BT, C);
+    d.rmsnorm_backward(dres, m.dw(), dx, a.residual2.data() + a.slot(l) * a.btc, m.w(),
+                       a.rstd2.data() + a.slot(l) * a.bt, BT, C);
   });
   run_module(hooks, layout_, m0 + 2, true, [&](Mod& m) {
     d.linear_backward(dx, m.dw(), nullptr, dres, a.atty.at(l), m.w(), BT, C, C);
@@ -229,7 +216,8 @@ void LlamaModel::backward_block(int l, ModelHooks& hooks) {
                       C + 2 * KV * hd);
   });
   run_module(hooks, layout_, m0, true, [&](Mod& m) {  // now d residual
-    d.rmsnorm_backward(dres, m.dw(), dx, a.residual_in(l), m.w(), a.rstd1.data() + l * a.bt, BT, C);
+    d.rmsnorm_backward(dres, m.dw(), dx, a.residual_in(l), m.w(),
+                       a.rstd1.data() + a.slot(l) * a.bt, BT, C);
   });
 }
 

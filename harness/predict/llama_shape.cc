@@ -2,6 +2,7 @@
 // llama.cc allocates them, and the CUDA device's bf16 operand slots for its matmuls.
 #include <algorithm>
 
+#include "harness/model/checkpointing.h"
 #include "harness/predict/model_shape.h"
 
 namespace sb {
@@ -12,10 +13,13 @@ uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16) {
                  KVD = uint64_t(c.kv_heads()) * c.head_dim();
   const uint64_t att = c.attention == AttentionKind::kFused ? B * H * T : B * H * T * T;
   const uint64_t saved = BT * (6 * C + 3 * F);  // the six tensors bf16-mixed keeps in bf16
-  const uint64_t floats = L * (2 * BT * C + 2 * BT + att + (bf16 ? 0 : saved)) +
+  // Activation checkpointing (as activation_bytes): residual3, the next block's input, stays
+  // per layer; the rest of a layer lives in S = L - n_ckpt (+1 shared recompute slot) slots.
+  const uint64_t n_ckpt = uint64_t(checkpointed_blocks(c)), S = L - n_ckpt + (n_ckpt > 0);
+  const uint64_t floats = L * BT * C + S * (BT * C + 2 * BT + att + (bf16 ? 0 : saved)) +
                           (bf16 ? saved : 0) + BT * (8 * C + 2 * KVD + 3 * F) + BT +
                           2 * BT * V + att;
-  return 4 * floats + (bf16 ? 2 * L * saved : 0) + 2 * 4 * BT;
+  return 4 * floats + (bf16 ? 2 * S * saved : 0) + 2 * 4 * BT;
 }
 
 const char* llama_activation_formula() {
@@ -24,7 +28,9 @@ const char* llama_activation_formula() {
          "outputs, qkv after RoPE, attention output, w1|w3 output, SwiGLU output) at 2 bytes "
          "plus one layer of them in fp32 as work; A = B*H*T (--attention fused) or B*H*T^2 "
          "(naive). llama.cc's activations kept for backward, one layer of fp32 scratch and "
-         "activation gradients, int32 tokens/targets";
+         "activation gradients, int32 tokens/targets. --activation-checkpointing: in every "
+         "per-layer term but one B*T*C (residual3, the next block's input) L becomes "
+         "S = L - n_ckpt + 1 (the kept layers and one recompute slot; S = L without)";
 }
 
 uint64_t llama_bf16_operand_bytes(const GptConfig& c, int batch) {

@@ -53,6 +53,7 @@ const char* bf16_operand_formula();
 //   once:      B·T·(8C + 2·KV·hd + 3F) (embedding output, the qkv projection / its gradient,
 //              work, final norm, dresidual, dqkv 3C, dh 2F, dg F) + BT + 2·BTV + A
 // bf16-mixed: the per-layer B·T·(6C + 3F) at 2 bytes plus one layer of them in fp32.
+// Activation checkpointing: every per-layer term but residual3 (B·T·C) over S = L − n_ckpt + 1.
 uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16);
 const char* llama_activation_formula();
 uint64_t llama_bf16_operand_bytes(const GptConfig& c, int batch);

@@ -138,7 +138,8 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                {{"activations", llama ? llama_activation_formula() : activation_formula()},
                 {"bf16_operands", llama ? llama_bf16_operand_formula() : bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula(cfg.model->config)},
-                {"hardware_flops", cfg.model->bare ? "6*params*tokens" : hardware_flop_formula()},
+                {"hardware_flops", cfg.model->bare ? "6*params*tokens"
+                                                   : hardware_flop_formula(cfg.model->config)},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "
                  "kernel = matmul flops / (peak * compute_efficiency) or memory-bound bytes / "

@@ -222,7 +222,7 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                      {"flops_per_step", flops},
                      {"hfu", peak > 0 && med > 0 ? hw_flops / med / peak : 0},
                      {"hardware_flops_per_step", hw_flops},
-                     {"hardware_flop_formula", hardware_flop_formula()},
+                     {"hardware_flop_formula", hardware_flop_formula(cfg.model)},
                      {"peak_flops", peak},
                      {"peak_flops_source", env.peak_flops_source}};
 

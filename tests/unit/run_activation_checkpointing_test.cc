@@ -2,7 +2,8 @@
 // recompute is the same forward code on the same inputs, so bitwise), the hooks a recompute
 // fires (in step_visits' order, recompute hooks rather than forward ones), the activation
 // memory the tracker counts against the closed form and an independent per-layer derivation,
-// the knob's parsing, and the recompute FLOPs against the model-FLOP formula's block share.
+// the knob's parsing, and the recompute FLOPs against the model-FLOP formula's block share —
+// for the GPT-2 block and the Llama block (grouped-query: 4 query heads on 2 K/V heads).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,6 +19,15 @@
 
 namespace sb::testing {
 namespace {
+
+// The shapes every test runs on: a 4-block GPT-2 and a 4-block Llama with GQA (4 heads on 2).
+GptConfig gpt4() { return parse_model("4,24,3,10,37"); }
+GptConfig llama4() {
+  GptConfig c = parse_model("4,32,4,10,37", "llama");
+  c.n_kv_head = 2;
+  return c;
+}
+const char* arch_name(const GptConfig& c) { return c.arch == ArchKind::kLlama ? "llama" : "gpt2"; }
 
 struct StepResult {
   float loss = 0;
@@ -53,15 +63,17 @@ StepResult train_step(GptConfig c, int every, bool bf16) {
 // bit for bit, and so is every gradient. Any tolerance would hide a recompute that read a
 // neighbour's slot or a stale input.
 TEST(ActivationCheckpointing, GradientsAreBitwiseThoseWithout) {
+  for (const GptConfig& shape : {gpt4(), llama4()})
   for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
     for (bool bf16 : {false, true}) {
-      GptConfig c = parse_model("4,24,3,10,37");
+      GptConfig c = shape;
       c.attention = att;
       const StepResult ref = train_step(c, 0, bf16);
       for (int every : {1, 2, 3, 4}) {
         const StepResult ac = train_step(c, every, bf16);
-        const std::string at = std::string(attention_name(att)) + (bf16 ? " bf16" : " fp32") +
-                               " " + activation_checkpointing_name(every);
+        const std::string at = std::string(arch_name(c)) + " " + attention_name(att) +
+                               (bf16 ? " bf16" : " fp32") + " " +
+                               activation_checkpointing_name(every);
         EXPECT_EQ(std::memcmp(&ac.loss, &ref.loss, sizeof(float)), 0) << at;
         ASSERT_EQ(ac.grads.size(), ref.grads.size());
         for (size_t t = 0; t < ref.grads.size(); ++t)
@@ -96,7 +108,8 @@ class VisitRecorder : public FullParams {
 // Every-2 over 4 blocks checkpoints blocks 1 and 3 (torchtitan's every K-th): their six modules
 // are recomputed, in forward order, right before their backward; nothing else is.
 TEST(ActivationCheckpointing, RecomputeFiresRecomputeHooksInStepVisitOrder) {
-  GptConfig c = parse_model("4,24,3,10,37");
+  for (GptConfig c : {gpt4(), llama4()}) {
+  SCOPED_TRACE(arch_name(c));
   c.checkpoint_every = 2;
   auto dev = make_cpu_device();
   MemoryTracker mem(dev->allocator());
@@ -121,6 +134,7 @@ TEST(ActivationCheckpointing, RecomputeFiresRecomputeHooksInStepVisitOrder) {
     EXPECT_TRUE(seg == 2 || seg == 4) << "module " << v.module << " of segment " << seg;
   }
   EXPECT_EQ(recomputed, 12);
+  }
 }
 
 // The tracker's activation bytes equal activation_bytes() for every setting, and the saving
@@ -150,6 +164,38 @@ TEST(ActivationCheckpointing, ActivationBytesMatchTheTrackerAndThePerLayerSaving
           const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
           const uint64_t freed = n == 0 ? 0 : (n - 1) * per_layer;
           EXPECT_EQ(none - activation_bytes(c, int(B), bf16), freed) << at;
+        }
+      }
+}
+
+// The same for the Llama block, derived from llama.cc's buffer list: a checkpointed layer keeps
+// residual3 (its block output, B*T*C fp32) and gives up, beyond the one shared slot,
+//   fp32:  residual2 B*T*C + the six saved tensors B*T*(6C + 3F) + the two norms' rstd 2*B*T
+//          + attention A
+//   bf16:  the same with the six saved tensors at 2 bytes.
+TEST(ActivationCheckpointing, LlamaActivationBytesMatchTheTrackerAndThePerLayerSaving) {
+  for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
+    for (bool bf16 : {false, true})
+      for (GptConfig c : {parse_model("llama-tiny"), parse_model("llama-tiny-pad"), llama4()}) {
+        c.attention = att;
+        const uint64_t B = 3, T = c.seq_len, C = c.n_embd, H = c.n_head, L = c.n_layer,
+                       F = c.ffn_hidden;
+        const uint64_t A = att == AttentionKind::kFused ? B * H * T : B * H * T * T;
+        const uint64_t per_layer =
+            4 * (B * T * C + 2 * B * T + A) + (bf16 ? 2 : 4) * B * T * (6 * C + 3 * F);
+        const uint64_t none = activation_bytes(c, int(B), bf16);
+        for (int every = 0; every <= int(L); ++every) {
+          c.checkpoint_every = every;
+          auto dev = make_cpu_device();
+          MemoryTracker mem(dev->allocator());
+          GptModel model(c, int(B), *dev, mem, bf16);
+          const std::string at = std::to_string(L) + "x" + std::to_string(C) + " " +
+                                 attention_name(att) + (bf16 ? " bf16 " : " fp32 ") +
+                                 activation_checkpointing_name(every);
+          EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16)) << at;
+          const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
+          EXPECT_EQ(none - activation_bytes(c, int(B), bf16), n == 0 ? 0 : (n - 1) * per_layer)
+              << at;
         }
       }
 }
@@ -187,6 +233,25 @@ TEST(ActivationCheckpointing, RecomputeFlopsAreAThirdOfEachCheckpointedBlocksSha
   EXPECT_DOUBLE_EQ(recompute_flops_per_step(c, tokens), c.n_layer * block_share / 3);
   c.checkpoint_every = 2;
   EXPECT_DOUBLE_EQ(recompute_flops_per_step(c, tokens), (c.n_layer / 2) * block_share / 3);
+}
+
+// The Llama block's share of llama_flops_per_step (6·(2C² + 2·C·KV·hd + 3·C·F) per token for its
+// matmuls, 12·C·T for attention) is three forwards' worth too; checked on published shapes with
+// grouped-query K/V (llama2-70b: 8 K/V heads of 64) and without (llama2-7b).
+TEST(ActivationCheckpointing, LlamaRecomputeFlopsAreAThirdOfEachCheckpointedBlocksShare) {
+  for (const char* name : {"llama2-7b", "llama2-70b", "llama3-8b"}) {
+    GptConfig c = parse_model(name);
+    const uint64_t tokens = 2 * uint64_t(c.seq_len);
+    GptConfig one_more = c;
+    one_more.n_layer = c.n_layer + 1;
+    const double block_share = flops_per_step(one_more, tokens) - flops_per_step(c, tokens);
+    c.checkpoint_every = 1;
+    EXPECT_DOUBLE_EQ(recompute_flops_per_step(c, tokens), c.n_layer * block_share / 3) << name;
+    c.checkpoint_every = 4;
+    EXPECT_DOUBLE_EQ(recompute_flops_per_step(c, tokens), (c.n_layer / 4) * block_share / 3)
+        << name;
+    EXPECT_NE(std::string(hardware_flop_formula(c)), hardware_flop_formula()) << name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+// The per-layer activations a block keeps for backward, shared by the GPT-2 block (gpt.cc) and
+// the Llama block (llama.cc): which slot each layer's tensors live in under activation
+// checkpointing, and one saved tensor's storage (fp32 slices, or bf16 under bf16-mixed).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "harness/device/device.h"
+#include "harness/memory/tracker.h"
+#include "harness/model/checkpointing.h"
+
+namespace sb {
+
+// Layer l's slot in the per-layer buffers: one per layer kept, and one shared by every
+// checkpointed layer (its forward's transient, then backward's recompute). S = slots().
+struct LayerSlots {
+  std::vector<int> of;
+  size_t count = 0;
+  explicit LayerSlots(const GptConfig& c) {
+    const size_t L = size_t(c.n_layer), kept = L - size_t(checkpointed_blocks(c));
+    count = kept + (kept < L ? 1 : 0);
+    for (size_t l = 0, k = 0; l < L; ++l)
+      of.push_back(is_checkpointed(c, int(l)) ? int(count - 1) : int(k++));
+  }
+  LayerSlots() = default;
+};
+
+// One per-layer tensor saved for backward, [S, n]: layer l lives in slot slots.of[l]. In fp32
+// it is the slices of one fp32 buffer. Under bf16-mixed it is a tensor autocast keeps in bf16
+// (a matmul's output, or the bf16 copy autocast makes of a matmul's input): layer l computes in
+// one layer of fp32 work, store() rounds the work into layer l's bf16 slice and leaves the
+// rounded values in the work (what the rest of the forward sees, as under autocast), load()
+// brings them back for backward.
+class SavedPerLayer {
+ public:
+  SavedPerLayer() = default;
+  SavedPerLayer(MemoryTracker& m, const LayerSlots& slots, size_t n, bool bf16)
+      : slots_(slots.of), n_(n), bf16_(bf16),
+        f32_(m, MemCategory::kActivations, bf16 ? n : slots.count * n) {
+    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, slots.count * n);
+  }
+  float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + slot(l) * n_; }
+  void store(Device& d, int l) {
+    if (!bf16_) return;
+    d.f32_to_bf16(half_.data() + slot(l) * n_, f32_.data(), n_);
+    d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
+  }
+  void load(Device& d, int l) {
+    if (bf16_) d.bf16_to_f32(f32_.data(), half_.data() + slot(l) * n_, n_);
+  }
+
+ private:
+  size_t slot(int l) const { return size_t(slots_[size_t(l)]); }
+  std::vector<int> slots_;
+  size_t n_ = 0;
+  bool bf16_ = false;
+  TrackedBuffer<float> f32_;
+  TrackedBuffer<uint16_t> half_;
+};
+
+}  // namespace sb
