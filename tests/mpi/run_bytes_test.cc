@@ -111,17 +111,23 @@ TEST(BytesShape, RecomputeGathersTheBlockAgainUnderZero3NotUnderFsdp) {
   };
   RunConfig cfg = tiny_config(Precision::kFp32, 2);
   cfg.model.checkpoint_every = 2;
+  // Block b's qkv and first MLP weight by the block's names (GPT-2 h.b.*, Llama layers.b.*).
+  const bool llama = cfg.model.arch == ArchKind::kLlama;
+  auto qkv = [&](int b) {
+    return (llama ? "layers." : "h.") + std::to_string(b) + ".attn.qkv.weight";
+  };
+  const std::string fc1 = llama ? "layers.1.mlp.gate_up.weight" : "h.1.mlp.fc.weight";
   RunConfig paper = cfg;
   apply_zero_schedule(ZeroSchedule::kPaper, paper.options);
   const StrategyRun z3 = run("zero3", paper, false);
   ASSERT_EQ(z3.status, "ok") << z3.error;
-  EXPECT_EQ(gathers(z3, "h.1.attn.qkv.weight"), 3);
-  EXPECT_EQ(gathers(z3, "h.1.mlp.fc.weight"), 3);
-  EXPECT_EQ(gathers(z3, "h.0.attn.qkv.weight"), 2);
+  EXPECT_EQ(gathers(z3, qkv(1)), 3);
+  EXPECT_EQ(gathers(z3, fc1), 3);
+  EXPECT_EQ(gathers(z3, qkv(0)), 2);
   RunConfig per_tensor = cfg;  // tags name tensors only without the coalesced fetch
   per_tensor.options.zero3_coalesced_fetch = false;
   const StrategyRun shipped = run("zero3", per_tensor, false);
-  EXPECT_EQ(gathers(shipped, "h.1.attn.qkv.weight"), 1);
+  EXPECT_EQ(gathers(shipped, qkv(1)), 1);
   // coalesced, as shipped: the recompute gathers nothing more than the run without it
   auto gathered = [](const StrategyRun& r) {
     uint64_t b = 0;

@@ -67,7 +67,8 @@ TEST(Peak, OrdersDdpZero1Zero2Zero3OnSmall) {
 TEST(Peak, ActivationCheckpointingLowersThePeakByTheActivationsItDrops) {
   for (bool bf16 : {false, true}) {
     RunConfig cfg = tiny_config(bf16 ? Precision::kBf16Mixed : Precision::kFp32, 2);
-    cfg.model = parse_model("4,32,4,16,64");
+    // the block of --model (mpi_run_llama: the Llama block's activations)
+    cfg.model = parse_model("4,32,4,16,64", cfg.model.arch == ArchKind::kLlama ? "llama" : "");
     cfg.model.attention = bf16 ? AttentionKind::kFused : AttentionKind::kNaive;
     cfg.options.overlap = false;  // buffers are freed at fixed points, so the peak is repeatable
     RunConfig ac = cfg;
