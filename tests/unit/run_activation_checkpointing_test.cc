@@ -64,28 +64,28 @@ StepResult train_step(GptConfig c, int every, bool bf16) {
 // neighbour's slot or a stale input.
 TEST(ActivationCheckpointing, GradientsAreBitwiseThoseWithout) {
   for (const GptConfig& shape : {gpt4(), llama4()})
-  for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
-    for (bool bf16 : {false, true}) {
-      GptConfig c = shape;
-      c.attention = att;
-      const StepResult ref = train_step(c, 0, bf16);
-      for (int every : {1, 2, 3, 4}) {
-        const StepResult ac = train_step(c, every, bf16);
-        const std::string at = std::string(arch_name(c)) + " " + attention_name(att) +
-                               (bf16 ? " bf16" : " fp32") + " " +
-                               activation_checkpointing_name(every);
-        EXPECT_EQ(std::memcmp(&ac.loss, &ref.loss, sizeof(float)), 0) << at;
-        ASSERT_EQ(ac.grads.size(), ref.grads.size());
-        for (size_t t = 0; t < ref.grads.size(); ++t)
-          EXPECT_EQ(std::memcmp(ac.grads[t].data(), ref.grads[t].data(),
-                                ref.grads[t].size() * sizeof(float)),
-                    0)
-              << at << " tensor " << t;
-        // One checkpointed block (every-3, every-4 of 4) gives up its layer for the slot.
-        if (4 / every >= 2) EXPECT_LT(ac.activation_bytes, ref.activation_bytes) << at;
-        else EXPECT_EQ(ac.activation_bytes, ref.activation_bytes) << at;
+    for (AttentionKind att : {AttentionKind::kNaive, AttentionKind::kFused})
+      for (bool bf16 : {false, true}) {
+        GptConfig c = shape;
+        c.attention = att;
+        const StepResult ref = train_step(c, 0, bf16);
+        for (int every : {1, 2, 3, 4}) {
+          const StepResult ac = train_step(c, every, bf16);
+          const std::string at = std::string(arch_name(c)) + " " + attention_name(att) +
+                                 (bf16 ? " bf16" : " fp32") + " " +
+                                 activation_checkpointing_name(every);
+          EXPECT_EQ(std::memcmp(&ac.loss, &ref.loss, sizeof(float)), 0) << at;
+          ASSERT_EQ(ac.grads.size(), ref.grads.size());
+          for (size_t t = 0; t < ref.grads.size(); ++t)
+            EXPECT_EQ(std::memcmp(ac.grads[t].data(), ref.grads[t].data(),
+                                  ref.grads[t].size() * sizeof(float)),
+                      0)
+                << at << " tensor " << t;
+          // One checkpointed block (every-3, every-4 of 4) gives up its layer for the slot.
+          if (4 / every >= 2) EXPECT_LT(ac.activation_bytes, ref.activation_bytes) << at;
+          else EXPECT_EQ(ac.activation_bytes, ref.activation_bytes) << at;
+        }
       }
-    }
 }
 
 // Records every hook in order, as (module, pass).
@@ -109,31 +109,31 @@ class VisitRecorder : public FullParams {
 // are recomputed, in forward order, right before their backward; nothing else is.
 TEST(ActivationCheckpointing, RecomputeFiresRecomputeHooksInStepVisitOrder) {
   for (GptConfig c : {gpt4(), llama4()}) {
-  SCOPED_TRACE(arch_name(c));
-  c.checkpoint_every = 2;
-  auto dev = make_cpu_device();
-  MemoryTracker mem(dev->allocator());
-  GptModel model(c, 1, *dev, mem);
-  VisitRecorder hooks(model.layout(), mem);
-  std::vector<int> tok(size_t(c.seq_len), 1);
-  model.forward(tok.data(), tok.data(), hooks);
-  model.backward(hooks);
-  const std::vector<ModuleVisit> expected = step_visits(model.layout());
-  ASSERT_EQ(hooks.visits.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(hooks.visits[i].module, expected[i].module) << i;
-    EXPECT_EQ(int(hooks.visits[i].pass), int(expected[i].pass)) << i;
-  }
-  EXPECT_EQ(hooks.mismatched_posts, 0);
-  // Independently of step_visits: 2 checkpointed blocks x 6 modules recomputed, blocks 1 and 3.
-  int recomputed = 0;
-  for (const ModuleVisit& v : hooks.visits) {
-    if (v.pass != ModulePass::kRecompute) continue;
-    ++recomputed;
-    const int seg = model.layout().modules[size_t(v.module)].segment;
-    EXPECT_TRUE(seg == 2 || seg == 4) << "module " << v.module << " of segment " << seg;
-  }
-  EXPECT_EQ(recomputed, 12);
+    SCOPED_TRACE(arch_name(c));
+    c.checkpoint_every = 2;
+    auto dev = make_cpu_device();
+    MemoryTracker mem(dev->allocator());
+    GptModel model(c, 1, *dev, mem);
+    VisitRecorder hooks(model.layout(), mem);
+    std::vector<int> tok(size_t(c.seq_len), 1);
+    model.forward(tok.data(), tok.data(), hooks);
+    model.backward(hooks);
+    const std::vector<ModuleVisit> expected = step_visits(model.layout());
+    ASSERT_EQ(hooks.visits.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(hooks.visits[i].module, expected[i].module) << i;
+      EXPECT_EQ(int(hooks.visits[i].pass), int(expected[i].pass)) << i;
+    }
+    EXPECT_EQ(hooks.mismatched_posts, 0);
+    // Independently of step_visits: 2 checkpointed blocks x 6 modules recomputed, blocks 1 and 3.
+    int recomputed = 0;
+    for (const ModuleVisit& v : hooks.visits) {
+      if (v.pass != ModulePass::kRecompute) continue;
+      ++recomputed;
+      const int seg = model.layout().modules[size_t(v.module)].segment;
+      EXPECT_TRUE(seg == 2 || seg == 4) << "module " << v.module << " of segment " << seg;
+    }
+    EXPECT_EQ(recomputed, 12);
   }
 }
 
@@ -192,7 +192,8 @@ TEST(ActivationCheckpointing, LlamaActivationBytesMatchTheTrackerAndThePerLayerS
           const std::string at = std::to_string(L) + "x" + std::to_string(C) + " " +
                                  attention_name(att) + (bf16 ? " bf16 " : " fp32 ") +
                                  activation_checkpointing_name(every);
-          EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16)) << at;
+          EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16))
+              << at;
           const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
           EXPECT_EQ(none - activation_bytes(c, int(B), bf16), n == 0 ? 0 : (n - 1) * per_layer)
               << at;
