@@ -24,8 +24,11 @@ enum class BackwardPrefetch { kNone, kPre, kPost };
 enum class Granularity { kBucket, kTensor, kUnit };
 // ZeRO-1/2 gradient reduction. DeepSpeed as shipped (stage_1_and_2.py average_tensor with
 // reduce_scatter and use_multi_rank_bucket_allreduce both true, the defaults) all-reduces each
-// bucket and keeps the owned slice (allreduce_and_scatter); the ZeRO paper reduce-scatters.
-enum class ZeroGradReduce { kBucketAllReduce, kReduceScatter };
+// bucket and keeps the owned slice (allreduce_and_scatter); with
+// use_multi_rank_bucket_allreduce false it issues one reduce per owning rank's slice of the
+// bucket (allreduce_no_retain(rank=dst) -> allreduce_bucket -> dist.reduce); the ZeRO paper
+// reduce-scatters.
+enum class ZeroGradReduce { kBucketAllReduce, kReduceScatter, kReducePerOwner };
 // Named settings: DeepSpeed's defaults as shipped, or the ZeRO paper's ideal schedule.
 enum class ZeroSchedule { kShipped, kPaper };
 

@@ -2,10 +2,13 @@
 // on every rank; optimizer state (and for ZeRO-2 the gradients) sharded over the world, rank r
 // owning chunk r of every bucket (padded to N). Each gradient bucket is reduced as DeepSpeed
 // ships it (stage_1_and_2.py average_tensor -> allreduce_and_scatter: one all-reduce of the
-// bucket, each rank keeping its owned slice) or as the paper has it (a reduce-scatter); AdamW
-// updates the owned chunks and an all-gather refreshes the full parameters. Stage 1 reduces
-// after backward (reduce_gradients), stage 2 as each bucket completes in the backward hooks.
-// Under gradient accumulation stage 1 reduces at the boundary only, stage 2 every micro-batch.
+// bucket, each rank keeping its owned slice), with use_multi_rank_bucket_allreduce false (one
+// reduce per owning rank: allreduce_no_retain(rank=dst)) or as the paper has it (a
+// reduce-scatter); AdamW updates the owned chunks and an all-gather refreshes the full
+// parameters. Stage 1 reduces after backward (reduce_gradients), stage 2 as each bucket
+// completes in the backward hooks. Under gradient accumulation stage 1 reduces at the boundary
+// only, stage 2 every micro-batch.
+#include <algorithm>
 #include <memory>
 
 #include "strategies/accumulate.h"
@@ -138,13 +141,19 @@ class Zero final : public Strategy {
 
  private:
   int stage() const { return desc_.shards_grads ? 2 : 1; }
+  // Whether the bucket's reduction leaves the owned slice in the full buffer (all-reduce, or
+  // reduce to each owner) rather than in a separate shard (reduce-scatter).
   bool all_reduce() const {
-    return ctx_.options.zero_grad_reduce == ZeroGradReduce::kBucketAllReduce;
+    return ctx_.options.zero_grad_reduce != ZeroGradReduce::kReduceScatter;
   }
 
   void reduce_bucket(int b, void* full) {
     const std::string tag = "bucket" + std::to_string(b);
     const DType dt = ctx_.options.grad_dtype();
+    if (ctx_.options.zero_grad_reduce == ZeroGradReduce::kReducePerOwner) {
+      reduce_to_owners(b, full, tag);
+      return;
+    }
     if (all_reduce()) {
       // DeepSpeed's allreduce_and_scatter: the bucket's elements, unpadded, as one all-reduce
       // (a bucket is <= reduce_bucket_size, so allreduce_and_scatter never splits it further).
@@ -162,6 +171,26 @@ class Zero final : public Strategy {
     // after this reduce-scatter each rank holds the summed grads of its chunk of bucket b
     pending_[b] = maybe_wait(ctx_.comm.reduce_scatter_async(full, out->data(), out->size(), dt,
                                                             GroupKind::kWorld, tag));
+  }
+
+  // use_multi_rank_bucket_allreduce false (average_tensor groups the bucket's slices by owner,
+  // then allreduce_no_retain(rank=dst) -> allreduce_bucket -> dist.reduce): one reduce per
+  // rank owning real elements of the bucket, in bucket order, of its slice without padding (a
+  // bucket is <= reduce_bucket_size, so no reduce is split). Waiting on the last waits on all:
+  // the comm stream runs them in issue order.
+  void reduce_to_owners(int b, void* full, const std::string& tag) {
+    const FlatLayout& bucket = plan_.buckets[b];
+    const uint64_t chunk = bucket.shard_size(world());
+    const DType dt = ctx_.options.grad_dtype();
+    for (int owner = 0; owner < world(); ++owner) {
+      const uint64_t begin = uint64_t(owner) * chunk;
+      if (begin >= bucket.numel) break;
+      const uint64_t len = std::min(chunk, bucket.numel - begin);
+      void* slice = static_cast<char*>(full) + begin * dtype_bytes(dt);
+      // after this reduce rank `owner` holds the summed grads of its slice of bucket b
+      pending_[b] = maybe_wait(
+          ctx_.comm.reduce_async(slice, len, dt, owner, GroupKind::kWorld, tag));
+    }
   }
 
   // A later micro-batch's reduce-scattered chunk, added into the partition.

@@ -129,6 +129,14 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 //   allreduce_and_scatter issues one all-reduce for it), and the buckets partition the
 //   gradients: 2(N-1)/N·Ψ·b_g, DDP's volume; the parameter all-gather after the step is
 //   unchanged: total (N-1)/N·(2Ψ·b_g + Ψ_pad·b_p), the 1.5× of the paper's figure.
+// - ZeRO-1/2 with use_multi_rank_bucket_allreduce false (average_tensor -> allreduce_no_retain(
+//   rank=dst) -> dist.reduce): per bucket of ψ_b elements (unpadded) and chunk c_b = ψ_b,pad/N,
+//   one reduce per owner r of its slice ℓ_r = clamp(ψ_b − r·c_b, 0, c_b). A reduce is a chain
+//   to the root along the ring (ring_schedule.h): every rank but the root sends ℓ_r once, to its
+//   successor. Rank i therefore sends Σ_b (ψ_b − ℓ_i)·b_g, and summed over the ranks
+//   (N-1)·Σ_b ψ_b·b_g = (N-1)·Ψ·b_g exactly, bucket layout or not: the paper's reduce-scatter
+//   volume without its padding, (N-1)/N·Ψ·b_g per rank where the buckets divide by N (the hop
+//   classes then split as for any world ring: M × per-rank inter), plus the same all-gather.
 // - ZeRO-3 partitions each tensor on its own (padded to N) and gathers it before every leaf
 //   module that uses it, in forward and again in backward: 2·uses_t gathers (a tied embedding
 //   has two users per pass); tensors smaller than the persistence threshold stay whole and are
@@ -233,6 +241,11 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
   const double psi_pad = double(round_up(l.num_params(), uint64_t(N)));
   if ((s == "zero1" || s == "zero2") && reduce == ZeroGradReduce::kReduceScatter)
     return world_ring((N - 1) / N * psi_pad * (bg + bp));
+  if ((s == "zero1" || s == "zero2") && reduce == ZeroGradReduce::kReducePerOwner) {
+    const Bytes owners = world_ring((N - 1) / N * double(l.num_params()) * bg);
+    const Bytes gather = world_ring((N - 1) / N * psi_pad * bp);
+    return {owners.intra + gather.intra, owners.inter + gather.inter};
+  }
   if (s == "zero1" || s == "zero2") {  // DDP's all-reduce + the paper's all-gather, each exact
     const Bytes reduce = world_ring(2 * (N - 1) / N * double(l.num_params()) * bg);
     const Bytes gather = world_ring((N - 1) / N * psi_pad * bp);

@@ -75,16 +75,17 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
   o.model_persist_elements = 9'223'372'036'854'775'807ULL;  // sys.maxsize
   o.zero3_coalesced_fetch = true;
   o.overlap = d.stage == 3;
+  bool reduce_scatter = true;
   for (const auto& [k, v] : z.items()) {
     const std::string key = "zero_optimization." + k;
     if (k == "stage") continue;
     if (k == "reduce_scatter") {
-      // false: gradient_reduction_w_predivide all-reduces the same bucket: the same collective.
-      get<bool>(v, key, path, "true|false");
+      // false: gradient_reduction_w_predivide all-reduces the same bucket: the same collective
+      // (and use_multi_rank_bucket_allreduce is not read).
+      reduce_scatter = get<bool>(v, key, path, "true|false");
     } else if (k == "use_multi_rank_bucket_allreduce") {
-      if (!get<bool>(v, key, path, "true|false"))
-        fail(path, key, "false (one reduce per owning rank) is not yet supported: the suite has "
-                        "no reduce collective; allowed: true");
+      // false: average_tensor reduces each owner's slice to it (allreduce_no_retain(rank=dst))
+      if (!get<bool>(v, key, path, "true|false")) o.zero_grad_reduce = ZeroGradReduce::kReducePerOwner;
     } else if (k == "overlap_comm") {
       o.overlap = get<bool>(v, key, path, "true|false");
     } else if (k == "reduce_bucket_size") {
@@ -116,6 +117,7 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
       fail(path, key, "unknown or unsupported key");
     }
   }
+  if (!reduce_scatter) o.zero_grad_reduce = ZeroGradReduce::kBucketAllReduce;
   // reduce_bucket_size counts elements; the run's knob is MiB of the gradient dtype.
   o.bucket_mb = double(bucket) * double(dtype_bytes(o.grad_dtype())) / (1024.0 * 1024.0);
 }

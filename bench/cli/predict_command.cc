@@ -37,6 +37,7 @@ struct PredictArgs {
   uint64_t prefetch_elements = 50'000'000;
   std::string zero_schedule = "shipped";
   std::string ds_config;  // a DeepSpeed config JSON, read as `run --ds-config` reads it
+  std::string zero_bucket_reduce = "all_reduce";
   int grad_accum = 1;
   std::string backward_prefetch = "pre";
   bool forward_prefetch = false;
@@ -134,6 +135,7 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
           fmt::format("--zero-schedule {}", a.zero_schedule), "shipped|paper");
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
                       o);
+  apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
   o.fsdp2_reshard_after_forward = a.fsdp2_reshard_after_forward;
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.mics_shard_size = a.mics_shard_size;
@@ -315,6 +317,9 @@ void add_predict_command(CLI::App& app) {
       ->transform(whole_number(0))
       ->capture_default_str();
   p->add_option("--zero-schedule", a.zero_schedule, "ZeRO: shipped | paper")
+      ->capture_default_str();
+  p->add_option("--zero-bucket-reduce", a.zero_bucket_reduce,
+                "ZeRO-1/2: all_reduce | reduce_per_owner (as run)")
       ->capture_default_str();
   p->add_option("--ds-config", a.ds_config, "DeepSpeed config JSON (as run --ds-config)");
   p->add_option("--grad-accum", a.grad_accum, "Micro-batches of --batch per optimizer step")

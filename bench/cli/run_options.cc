@@ -67,6 +67,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
                   "ZeRO schedule: shipped (DeepSpeed's defaults) | paper (reduce-scatter, "
                   "always release)")
       ->capture_default_str();
+  app->add_option("--zero-bucket-reduce", a.zero_bucket_reduce,
+                  "ZeRO-1/2 (shipped): all_reduce | reduce_per_owner (DeepSpeed's "
+                  "use_multi_rank_bucket_allreduce true | false)")
+      ->capture_default_str();
   app->add_option("--ds-config", a.ds_config,
                   "DeepSpeed config JSON: configures zero1/2/3 as DeepSpeed would");
   app->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
@@ -342,6 +346,7 @@ RunConfig to_run_config(const RunArgs& a) {
           a.zero_schedule, "shipped|paper");
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
                       o);
+  apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
   if (a.ds_config.empty()) return c;
   require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
           "shipped with --ds-config (the file configures DeepSpeed as shipped)");
@@ -355,6 +360,21 @@ RunConfig to_run_config(const RunArgs& a) {
   if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
     check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
   return d.applied;
+}
+
+void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_schedule,
+                              bool ds_config, StrategyOptions& o) {
+  const std::string flag = "--zero-bucket-reduce " + value;
+  if (value != "all_reduce" && value != "reduce_per_owner")
+    throw UsageError(flag + ": allowed all_reduce|reduce_per_owner");
+  if (value == "all_reduce") return;
+  if (zero_schedule != "shipped")
+    throw UsageError(flag + ": allowed with --zero-schedule shipped only (the paper's schedule "
+                            "reduce-scatters)");
+  if (ds_config)
+    throw UsageError(flag + ": not with --ds-config; allowed: the file's "
+                            "zero_optimization.use_multi_rank_bucket_allreduce false");
+  o.zero_grad_reduce = ZeroGradReduce::kReducePerOwner;
 }
 
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node) {

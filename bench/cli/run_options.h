@@ -39,6 +39,7 @@ struct RunArgs {
   uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;  // stage3_model_persistence_threshold
   std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
   std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
+  std::string zero_bucket_reduce = "all_reduce";  // use_multi_rank_bucket_allreduce true|false
   std::string fsdp2_reshard_after_forward = "true";  // true | false | K
   int fsdp2_prefetch = 1;
   int mics_shard_size = 0;  // 0: ranks per node
@@ -83,6 +84,10 @@ RunConfig to_run_config(const RunArgs& a);  // throws UsageError
 // The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
 // integer reshard_after_forward and MiCS's partition. Throws UsageError.
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);
+// --zero-bucket-reduce all_reduce|reduce_per_owner (DeepSpeed's use_multi_rank_bucket_allreduce
+// true|false) over --zero-schedule shipped; throws UsageError naming the flag otherwise.
+void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_schedule,
+                              bool ds_config, StrategyOptions& o);
 std::vector<std::string> parse_strategy_list(const std::string& s);  // throws UsageError
 
 int run_command(const RunArgs& a, int argc, char** argv);

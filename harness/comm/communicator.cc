@@ -211,6 +211,7 @@ BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string t
   e.group_size = op.group->size();
   e.count = op.count;
   e.dtype = op.dtype;
+  e.root_index = op.root_index;
   e.payload_bytes = uint64_t(op.count) * dtype_bytes(op.dtype);
   e.sent = res.counted
                ? res.sent
@@ -233,13 +234,15 @@ static void validate(const CollectiveOp& op) {
   if (op.count > 0)
     SB_CHECK(op.send != nullptr && op.recv != nullptr, coll_name(op.kind) << ": null buffer");
   const size_t n = size_t(op.group->size());
-  const bool sums = op.kind == CollKind::kAllReduce || op.kind == CollKind::kReduceScatter;
+  const bool sums = op.kind == CollKind::kAllReduce || op.kind == CollKind::kReduceScatter ||
+                    op.kind == CollKind::kReduce;
   SB_CHECK(!(sums && op.dtype == DType::kI8), coll_name(op.kind) << ": int8 codes are not summed");
   if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather)
     SB_CHECK(op.count % n == 0, coll_name(op.kind)
                                     << ": count " << op.count << " not a multiple of " << n);
-  if (op.kind == CollKind::kBroadcast)
-    SB_CHECK(op.root_index >= 0 && op.root_index < int(n), "broadcast root " << op.root_index);
+  if (op.kind == CollKind::kBroadcast || op.kind == CollKind::kReduce)
+    SB_CHECK(op.root_index >= 0 && op.root_index < int(n),
+             coll_name(op.kind) << " root " << op.root_index << " of " << n);
 }
 
 CommHandle Communicator::all_reduce_async(void* buf, size_t count, DType t, GroupKind g,
@@ -268,6 +271,12 @@ CommHandle Communicator::all_gather_async(const void* send, void* recv, size_t s
 CommHandle Communicator::broadcast_async(void* buf, size_t count, DType t, int root_index,
                                          GroupKind g, std::string tag) {
   CollectiveOp op{CollKind::kBroadcast, &group(g), buf, buf, count, t, root_index};
+  return submit(op, std::move(tag));
+}
+
+CommHandle Communicator::reduce_async(void* buf, size_t count, DType t, int root_index,
+                                      GroupKind g, std::string tag) {
+  CollectiveOp op{CollKind::kReduce, &group(g), buf, buf, count, t, root_index};
   return submit(op, std::move(tag));
 }
 

@@ -39,7 +39,7 @@ struct CollectiveOp {
   void* recv = nullptr;
   size_t count = 0;            // see LedgerEntry::count
   DType dtype = DType::kF32;
-  int root_index = 0;          // broadcast root, as an index into group->ranks
+  int root_index = 0;          // broadcast/reduce root, as an index into group->ranks
   uint64_t issue_mark = 0;     // what the backend's on_issue() returned for this op
   double ready_s = 0;          // simulated: logical time its input (another stream's op) is done
 };
@@ -139,6 +139,10 @@ class Communicator {
                               GroupKind g, std::string tag = {});
   CommHandle broadcast_async(void* buf, size_t count, DType t, int root_index, GroupKind g,
                              std::string tag = {});
+  // In-place sum to one rank: afterwards the root's buf holds the group's sum of buf; the
+  // other ranks' buf is unchanged (DeepSpeed's dist.reduce to the owner of a gradient slice).
+  CommHandle reduce_async(void* buf, size_t count, DType t, int root_index, GroupKind g,
+                          std::string tag = {});
   CommHandle barrier_async(GroupKind g);
 
   void all_reduce(void* buf, size_t count, DType t, GroupKind g, std::string tag = {}) {

@@ -26,6 +26,7 @@ struct LedgerEntry {
   int group_size = 1;
   size_t count = 0;            // elements: all-reduce/broadcast buffer, RS input, AG output
   DType dtype = DType::kF32;
+  int root_index = 0;          // broadcast/reduce root (index into the group)
   uint64_t payload_bytes = 0;  // count * dtype bytes (nccl-tests' "size")
   HopBytes sent;               // this rank's sends, by hop class
   bool counted = false;        // true: summed from real transfers; false: ring model

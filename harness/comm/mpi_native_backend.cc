@@ -75,6 +75,15 @@ class NativeBackend final : public MpiBackendBase {
           MPI_Bcast(recv + off * es, len, type, op.root_index, c);
         }
         break;
+      case CollKind::kReduce:
+        for (size_t off = 0; off < op.count; off += max_elems_) {
+          const int len = int(std::min(max_elems_, op.count - off));
+          const bool root = g.index == op.root_index;
+          // after this reduce the root holds the group's sum of these elements (others: unchanged)
+          MPI_Reduce(root ? MPI_IN_PLACE : recv + off * es, root ? recv + off * es : nullptr, len,
+                     type, sum_op(op.dtype), op.root_index, c);
+        }
+        break;
       case CollKind::kBarrier:
         // after this barrier every rank of the group has reached it
         MPI_Barrier(c);

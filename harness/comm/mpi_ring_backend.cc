@@ -30,6 +30,7 @@ class RingBackend final : public MpiBackendBase {
       case CollKind::kReduceScatter: reduce_scatter(); break;
       case CollKind::kAllGather: all_gather(); break;
       case CollKind::kBroadcast: broadcast(); break;
+      case CollKind::kReduce: reduce(); break;
       case CollKind::kBarrier:
         // after this barrier every rank of the group has reached it (no payload: not counted)
         MPI_Barrier(comm(*op.group));
@@ -129,6 +130,32 @@ class RingBackend final : public MpiBackendBase {
       const size_t sk = first ? t : t - 1;
       xfer(send ? at(buf, sk * piece) : nullptr, send ? len(sk) : 0, next,
            recv ? at(buf, t * piece) : nullptr, recv ? len(t) : 0, prev);
+    }
+  }
+
+  // The schedule's chain to the root, pipelined as the broadcast's: at step t a position sends
+  // its partial sum of piece t-1 (the chain's first: its own piece t) while receiving piece t
+  // from its predecessor, then adds its own elements. Partial sums live in scratch, so only the
+  // root's buffer changes (it receives the full sum, added in place).
+  void reduce() {
+    const RingSchedule ring = schedule();
+    const bool first = !ring.reduce_receives(), root = !ring.reduce_sends();
+    const int next = root ? -1 : ring.next(), prev = first ? -1 : ring.prev();
+    const size_t piece = std::min(max_elems_, std::max<size_t>(1, kBroadcastPieceBytes / es_));
+    const size_t pieces = (op_->count + piece - 1) / piece;
+    void* buf = op_->recv;
+    char* acc = static_cast<char*>(scratch(op_->count * es_, 0));  // partial sums, by piece
+    auto len = [&](size_t k) { return std::min(piece, op_->count - k * piece); };
+    for (size_t t = 0; t <= pieces; ++t) {
+      const bool send = !root && (first ? t < pieces : t >= 1), recv = !first && t < pieces;
+      const size_t sk = first ? t : t - 1;
+      const void* from = first ? at(static_cast<const void*>(buf), sk * piece) : acc + sk * piece * es_;
+      xfer(send ? from : nullptr, send ? len(sk) : 0, next, recv ? acc + t * piece * es_ : nullptr,
+           recv ? len(t) : 0, prev);
+      if (recv) {
+        char* dst = root ? at(buf, t * piece) : acc + t * piece * es_;
+        sum_to(dst, acc + t * piece * es_, at(buf, t * piece), len(t), op_->dtype);
+      }
     }
   }
 

@@ -14,6 +14,7 @@ const char* coll_name(CollKind k) {
     case CollKind::kAllGather: return "all_gather";
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kBarrier: return "barrier";
+    case CollKind::kReduce: return "reduce";
   }
   return "?";
 }
@@ -27,7 +28,7 @@ Chunk ring_chunk(size_t count, int n, int c) {
 RingSchedule::RingSchedule(CollKind kind, size_t count, int n, int i, int root)
     : kind_(kind), count_(count), n_(n), i_(i), root_(root) {
   SB_CHECK(n >= 1 && i >= 0 && i < n, "ring position " << i << " of " << n);
-  SB_CHECK(root >= 0 && root < n, "broadcast root " << root << " of " << n);
+  SB_CHECK(root >= 0 && root < n, "root " << root << " of " << n);
 }
 
 int RingSchedule::steps() const {
@@ -37,6 +38,7 @@ int RingSchedule::steps() const {
     case CollKind::kAllGather: return n_ - 1;
     case CollKind::kAllReduce: return 2 * (n_ - 1);
     case CollKind::kBroadcast:
+    case CollKind::kReduce:
     case CollKind::kBarrier: return 0;
   }
   return 0;
@@ -63,6 +65,7 @@ uint64_t RingSchedule::sent_elements() const {
     case CollKind::kAllGather: return c - succ;      // every chunk but its successor's
     case CollKind::kAllReduce: return 2 * c - own - succ;
     case CollKind::kBroadcast: return broadcast_sends() ? c : 0;
+    case CollKind::kReduce: return reduce_sends() ? c : 0;
     case CollKind::kBarrier: return 0;
   }
   return 0;

@@ -3,7 +3,8 @@
 // executes it, the ledger counts it (ring_model_sent), the predictor's simulated backend times
 // it (traffic.cc) and the two-host link model sums its messages (link_counter.cc).
 // Source of the closed forms: nccl-tests PERFORMANCE.md (ring: all-reduce 2(n-1)/n,
-// reduce-scatter and all-gather (n-1)/n of the payload per rank).
+// reduce-scatter and all-gather (n-1)/n of the payload per rank; broadcast and reduce 1: a
+// pipelined chain, every rank but one sending the whole payload once).
 #pragma once
 
 #include <cstddef>
@@ -11,8 +12,9 @@
 
 namespace sb {
 
-enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-constexpr int kNumCollKinds = 5;
+// kReduce last: the kinds' integer values index arrays that were laid out before it.
+enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kReduce };
+constexpr int kNumCollKinds = 6;
 const char* coll_name(CollKind k);
 
 // Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len); the
@@ -20,7 +22,8 @@ const char* coll_name(CollKind k);
 struct Chunk { size_t begin, len; };
 Chunk ring_chunk(size_t count, int n, int c);
 
-// The broadcast chain moves pieces of this many bytes (piece k moves on while k+1 arrives).
+// The broadcast and reduce chains move pieces of this many bytes (piece k moves on while k+1
+// arrives).
 constexpr size_t kBroadcastPieceBytes = size_t(1) << 19;
 
 class RingSchedule {
@@ -31,8 +34,8 @@ class RingSchedule {
 
   int next() const { return wrap(i_ + 1); }  // every send goes here
   int prev() const { return wrap(i_ - 1); }  // every receive comes from here
-  // Send/receive steps (0 for a group of one and for barrier and broadcast, whose chain is
-  // pieced: broadcast_sends()):
+  // Send/receive steps (0 for a group of one and for barrier, broadcast and reduce, whose
+  // chains are pieced: broadcast_sends(), reduce_sends()):
   //   reduce-scatter s < n-1: send chunk i-1-s, receive chunk i-2-s and add own -> position i
   //                           holds the sum of chunk i;
   //   all-gather     s < n-1: send chunk i-s, receive chunk i-1-s -> every chunk everywhere;
@@ -43,9 +46,13 @@ class RingSchedule {
   // Broadcast: the chain root -> root+1 -> ... -> root+n-1; all but the last send everything.
   bool broadcast_sends() const { return n_ > 1 && wrap(i_ - root_) != n_ - 1; }
   bool broadcast_receives() const { return n_ > 1 && i_ != root_; }
+  // Reduce: the chain root+1 -> root+2 -> ... -> root, each adding its own elements to the
+  // partial sum it passes on; every position but the root sends the whole buffer once.
+  bool reduce_sends() const { return n_ > 1 && i_ != root_; }
+  bool reduce_receives() const { return n_ > 1 && wrap(i_ - root_) != 1; }
   // Elements this position sends over the whole collective, in O(1) (the sum over steps):
   //   reduce-scatter count - len(i); all-gather count - len(i+1); all-reduce both;
-  //   broadcast count unless last in the chain.
+  //   broadcast count unless last in the chain; reduce count unless the root.
   uint64_t sent_elements() const;
 
  private:

@@ -7,7 +7,8 @@ namespace sb {
 
 BackendResult SimBackend::run(const CollectiveOp& op) {
   const double duration =
-      account_->add(PredictedCall{op.kind, op.group->kind, uint64_t(op.count), op.dtype});
+      account_->add(
+      PredictedCall{op.kind, op.group->kind, uint64_t(op.count), op.dtype, op.root_index});
   const double start = std::max({clock_.compute_s, free_s_, op.ready_s});
   free_s_ = start + duration;
   BackendResult r;

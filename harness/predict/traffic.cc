@@ -22,9 +22,10 @@ int bit_width_of(uint64_t bytes) {  // index of the power of two >= bytes (the r
 
 }  // namespace
 
-uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i) {
+uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i,
+                               int root) {
   if (n <= 1 || kind == CollKind::kBarrier) return 0;
-  return RingSchedule(kind, size_t(count), n, i).sent_elements() * elem_bytes;
+  return RingSchedule(kind, size_t(count), n, i, root).sent_elements() * elem_bytes;
 }
 
 TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster,
@@ -90,7 +91,7 @@ void TrafficAccount::add_partition_call(const PredictedCall& c, uint64_t& sent, 
       i = n > 1 ? (r - base) / G_ : 0;
       next = n > 1 ? base + r % G_ + (i + 1) % n * G_ : r;
     }
-    const uint64_t b = ring_sent_closed_form(c.kind, c.count, e, n, i);
+    const uint64_t b = ring_sent_closed_form(c.kind, c.count, e, n, i, c.root);
     const bool inter = r / G_ != next / G_;
     (inter ? inter_ : intra_)[size_t(r)] += b;
     sent += b;
@@ -123,7 +124,8 @@ double TrafficAccount::add(const PredictedCall& c) {
     max_rank = 0;
     for (int r = 0; r < N_; ++r) {
       const Topology& t = rank_topos_[size_t(r)];
-      const HopBytes h = ring_model_sent(c.kind, size_t(c.count), c.dtype, t.group(c.group), t);
+      const HopBytes h =
+          ring_model_sent(c.kind, size_t(c.count), c.dtype, t.group(c.group), t, c.root);
       intra_[size_t(r)] += h.intra;
       inter_[size_t(r)] += h.inter;
       sent += h.total();
@@ -143,6 +145,10 @@ double TrafficAccount::add(const PredictedCall& c) {
       base_[g] += payload;
       minus(uint64_t(n) - 1, uint64_t(n), payload);
       max_rank = payload;
+    } else if (c.kind == CollKind::kReduce) {  // every position but the root sends it all
+      base_[g] += payload;
+      minus(uint64_t(c.root), uint64_t(c.root) + 1, payload);
+      max_rank = payload;
     } else {
       base_[g] += twice * (c.count - base) * e;
       if (c.kind != CollKind::kAllGather) minus(0, rem, e);  // own chunk is one longer
@@ -152,7 +158,8 @@ double TrafficAccount::add(const PredictedCall& c) {
       }
     }
     const uint64_t instances = c.group == GroupKind::kWorld ? 1 : uint64_t(N_ / n);
-    sent = c.kind == CollKind::kBroadcast ? payload * uint64_t(n - 1) * instances
+    const bool chain = c.kind == CollKind::kBroadcast || c.kind == CollKind::kReduce;
+    sent = chain ? payload * uint64_t(n - 1) * instances
                                           : twice * uint64_t(n - 1) * c.count * e * instances;
     if (M_ > 1 && c.group == GroupKind::kWorld) node_inter = max_rank;  // one boundary rank
     if (M_ > 1 && c.group == GroupKind::kInter) node_inter = uint64_t(G_) * max_rank;

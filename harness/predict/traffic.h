@@ -22,6 +22,7 @@ struct PredictedCall {
   GroupKind group = GroupKind::kWorld;
   uint64_t count = 0;
   DType dtype = DType::kF32;
+  int root = 0;  // broadcast/reduce root position
 };
 
 struct KindTotals {
@@ -70,6 +71,7 @@ class TrafficAccount {
 };
 
 // Per-position bytes of one ring collective: what ring_model_sent returns, in closed form.
-uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i);
+uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i,
+                               int root = 0);
 
 }  // namespace sb

@@ -95,20 +95,21 @@ uint64_t link_message_overhead_bytes(uint64_t payload, const LinkModel& m) {
 }
 
 // The ring backend's messages: one per step of RingSchedule to the next position (zero-length
-// chunks send nothing); broadcast in the chain's pieces.
+// chunks send nothing); broadcast and reduce in the chain's pieces.
 std::vector<uint64_t> ring_inter_messages(const LedgerEntry& e, const Topology& topo) {
   std::vector<uint64_t> out;
   const Group& g = topo.group(e.group);
   const int n = g.size(), i = g.index;
   if (n <= 1 || e.kind == CollKind::kBarrier) return out;
-  const RingSchedule ring(e.kind, e.count, n, i);  // the ledger keeps no root: chain from 0
+  const RingSchedule ring(e.kind, e.count, n, i, e.kind == CollKind::kReduce ? e.root_index : 0);
   if (topo.same_node(g.ranks[i], g.ranks[ring.next()])) return out;
   const uint64_t es = dtype_bytes(e.dtype);
   auto add = [&](uint64_t bytes) {
     if (bytes > 0) out.push_back(bytes);
   };
   for (int s = 0; s < ring.steps(); ++s) add(uint64_t(ring.send_chunk(s).len) * es);
-  if (e.kind == CollKind::kBroadcast && ring.broadcast_sends()) {
+  if ((e.kind == CollKind::kBroadcast && ring.broadcast_sends()) ||
+      (e.kind == CollKind::kReduce && ring.reduce_sends())) {
     const uint64_t total = uint64_t(e.count) * es;
     for (uint64_t off = 0; off < total; off += kBroadcastPieceBytes)
       add(std::min<uint64_t>(kBroadcastPieceBytes, total - off));

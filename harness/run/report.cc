@@ -63,7 +63,8 @@ double busbw_factor(CollKind k, int n) {
     case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
     case CollKind::kReduceScatter:
     case CollKind::kAllGather: return double(n - 1) / n;
-    case CollKind::kBroadcast: return 1.0;
+    case CollKind::kBroadcast:
+    case CollKind::kReduce: return 1.0;
     case CollKind::kBarrier: return 0.0;
   }
   return 0;
@@ -75,7 +76,12 @@ const char* prefetch_name(BackwardPrefetch p) {
 }
 
 const char* zero_grad_reduce_name(ZeroGradReduce r) {
-  return r == ZeroGradReduce::kBucketAllReduce ? "bucket_all_reduce" : "reduce_scatter";
+  switch (r) {
+    case ZeroGradReduce::kBucketAllReduce: return "bucket_all_reduce";
+    case ZeroGradReduce::kReducePerOwner: return "reduce_per_owner";
+    case ZeroGradReduce::kReduceScatter: return "reduce_scatter";
+  }
+  return "?";
 }
 
 std::string git_commit() {

@@ -146,6 +146,33 @@ class RunTest(unittest.TestCase):
         v = validate(out)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
 
+    def test_ds_config_multi_rank_false_reduces_to_each_owner(self):
+        # use_multi_rank_bucket_allreduce false: tiny is one bucket, so one reduce per owning
+        # rank (2) and the all-gather; the flag --zero-bucket-reduce reduce_per_owner is the same
+        # experiment, and predict with the file dry-runs the same collectives and bytes.
+        cfg, out, doc = self.run_ds_config("zero2_reduce_per_owner.json")
+        self.assertEqual(doc["config"]["zero_grad_reduce"], "reduce_per_owner")
+        r = doc["results"][0]
+        self.assertEqual((r["strategy"], r["status"]), ("zero2", "ok"), r.get("error"))
+        self.assertEqual(r["comm"]["per_step"]["collectives"], 2 + 1)
+        v = validate(out)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        flag_out = os.path.join(self.tmp, "flag-reduce-per-owner.json")
+        p = sb("run", "--np", "2", "--model", "tiny", "--strategies", "zero2", "--zero-bucket-reduce",
+               "reduce_per_owner", "--overlap", "off", "--steps", "1", "--warmup", "0", "--out",
+               flag_out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        f = load(flag_out)
+        self.assertEqual(f["config"]["zero_grad_reduce"], "reduce_per_owner")
+        self.assertEqual(f["results"][0]["comm"]["per_step"], r["comm"]["per_step"])
+        pred = os.path.join(self.tmp, "ds-predict-owner.json")
+        p = sb("predict", "--model", "tiny", "--world", "2", "--ranks-per-node", "2",
+               "--ds-config", cfg, "--json", pred)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        pr = load(pred)["results"][0]["comm"]["per_step"]
+        self.assertEqual(pr["collectives"], 2 + 1)
+        self.assertEqual(pr["payload_bytes"], r["comm"]["per_step"]["payload_bytes"])
+
     def test_ds_config_gradient_accumulation_is_the_runs_grad_accum(self):
         # stage 1 with gradient_accumulation_steps 3: zero1 accumulates 3 micro-batches per step
         # and reduces once, at the boundary (one bucket all-reduce + one all-gather per step).

@@ -90,16 +90,20 @@ class Collectives : public ::testing::TestWithParam<CollectiveImpl> {
       EXPECT_EQ(e.sent.intra, 0u);
     }
     // nccl-tests PERFORMANCE.md, ring: all-reduce 2(n-1)/n*S, RS/AG (n-1)/n*S per rank; summed
-    // over a group: 2(n-1)*S and (n-1)*S exactly, even chunks or not; broadcast chain (n-1)*S.
+    // over a group: 2(n-1)*S and (n-1)*S exactly, even chunks or not; broadcast and reduce
+    // chains (n-1)*S.
     const uint64_t factor = k == CollKind::kAllReduce ? 2 : (k == CollKind::kBarrier ? 0 : 1);
     const uint64_t groups = uint64_t(topo_.world_size()) / n;
     EXPECT_EQ(g_runtime->sum_over_ranks_u64(e.sent.total()), groups * factor * (n - 1) * S);
-    if (count % n == 0 && k != CollKind::kBroadcast) {
+    if (count % n == 0 && k != CollKind::kBroadcast && k != CollKind::kReduce) {
       EXPECT_EQ(e.sent.total(), factor * (n - 1) * S / n);
     }
     if (k == CollKind::kBroadcast) {
       const bool last = (grp.index - root + int(n)) % int(n) == int(n) - 1;
       EXPECT_EQ(e.sent.total(), n == 1 || last ? 0 : S);
+    }
+    if (k == CollKind::kReduce) {  // the chain ends at the root: every other rank sends S
+      EXPECT_EQ(e.sent.total(), grp.index == root ? 0 : S);
     }
   }
 
@@ -199,6 +203,36 @@ TEST_P(Collectives, BroadcastCopiesTheRootToEveryRank) {
           for (size_t i = 0; i < count; ++i) bad += buf.get(i) != value(grp.ranks[root], i);
           EXPECT_EQ(bad, 0u);
           check_last_entry(CollKind::kBroadcast, g, count, d, root);
+        }
+      }
+    }
+  }
+}
+
+// Every root, odd sizes (chains of uneven pieces: kBig spans several 512 KiB pieces): the
+// root holds the group's sum, every other rank's buffer is unchanged.
+TEST_P(Collectives, ReduceSumsToTheRootOnly) {
+  for (GroupKind g : kKinds) {
+    const Group& grp = topo_.group(g);
+    for (DType d : kTypes) {
+      for (size_t count : kSizes) {
+        for (int root = grp.size() - 1; root >= 0; --root) {
+          SCOPED_TRACE(::testing::Message() << group_name(g) << " " << dtype_name(d) << " " << count
+                                            << " root " << root);
+          Buf buf(d, count);
+          for (size_t i = 0; i < count; ++i) buf.set(i, value(topo_.rank(), i));
+          comm_->reduce_async(buf.data(), count, d, root, g, "reduce").wait();
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) {
+            float want = value(topo_.rank(), i);
+            if (grp.index == root) {
+              want = 0;
+              for (int r : grp.ranks) want += value(r, i);
+            }
+            bad += buf.get(i) != want;
+          }
+          EXPECT_EQ(bad, 0u);
+          check_last_entry(CollKind::kReduce, g, count, d, root);
         }
       }
     }
@@ -371,6 +405,15 @@ TEST_P(Collectives, LargeCountsAreSplitIntoCalls) {
       check_last_entry(CollKind::kAllReduce, g, count, d);
       comm_->broadcast(b.data(), count, d, int(n) - 1, g);
       check_last_entry(CollKind::kBroadcast, g, count, d, int(n) - 1);
+      Buf red(d, count);
+      for (size_t i = 0; i < count; ++i) red.set(i, value(topo_.rank(), i));
+      comm_->reduce_async(red.data(), count, d, int(n) - 1, g).wait();
+      check_last_entry(CollKind::kReduce, g, count, d, int(n) - 1);
+      for (size_t i = 0; i < count && me == n - 1; ++i) {
+        float want = 0;
+        for (int r : grp.ranks) want += value(r, i);
+        EXPECT_EQ(red.get(i), want) << i;
+      }
       comm_->reduce_scatter(rs_send.data(), rs.data(), m, d, g);
       check_last_entry(CollKind::kReduceScatter, g, n * m, d);
       comm_->all_gather(ag_send.data(), ag.data(), m, d, g);

@@ -47,6 +47,20 @@ std::vector<Knobs> knob_cases() {
        }},
       {"zero_paper", [](RunConfig& c) { apply_zero_schedule(ZeroSchedule::kPaper, c.options); },
        "zero"},
+      // use_multi_rank_bucket_allreduce false: one reduce per owner (zero1 and zero2 only read it)
+      {"reduce_per_owner_small_buckets",
+       [](RunConfig& c) {
+         c.options.zero_grad_reduce = ZeroGradReduce::kReducePerOwner;
+         c.options.bucket_mb = 0.004;
+       },
+       "zero1"},
+      {"reduce_per_owner_bf16_accum2",
+       [](RunConfig& c) {
+         c.options.zero_grad_reduce = ZeroGradReduce::kReducePerOwner;
+         c.options.precision = Precision::kBf16Mixed;
+         c.options.grad_accum = 2;
+       },
+       "zero2"},
       {"reuse3000_small_buckets",
        [](RunConfig& c) {
          c.options.reuse_distance = 3000;

@@ -45,6 +45,7 @@ TEST(RingModel, CollNames) {
   EXPECT_STREQ(coll_name(CollKind::kReduceScatter), "reduce_scatter");
   EXPECT_STREQ(coll_name(CollKind::kAllGather), "all_gather");
   EXPECT_STREQ(coll_name(CollKind::kBroadcast), "broadcast");
+  EXPECT_STREQ(coll_name(CollKind::kReduce), "reduce");
   EXPECT_STREQ(coll_name(CollKind::kBarrier), "barrier");
 }
 
@@ -90,9 +91,11 @@ TEST(RingModel, DivisibleSizesMatchClosedFormsPerRank) {
             expect(CollKind::kReduceScatter, rs);
             expect(CollKind::kAllGather, rs);
             expect(CollKind::kBarrier, 0);
-            for (int root = 0; root < int(n); ++root)
+            for (int root = 0; root < int(n); ++root) {
               expect(CollKind::kBroadcast,
                      (grp.index - root + int(n)) % int(n) == int(n) - 1 ? 0 : S, root);
+              expect(CollKind::kReduce, grp.index == root ? 0 : S, root);  // chain to the root
+            }
           }
         }
       }
@@ -178,7 +181,7 @@ TEST(RingModel, GroupOfOneSendsNothing) {
   const Topology t = Topology::virtual_nodes(4, 2, 2), one,
                  alone = Topology::virtual_nodes(4, 2, 1);
   for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
-                     CollKind::kBroadcast, CollKind::kBarrier}) {
+                     CollKind::kBroadcast, CollKind::kBarrier, CollKind::kReduce}) {
     EXPECT_EQ(ring_model_sent(k, 1000, DType::kF32, one.world(), one).total(), 0u);
     EXPECT_EQ(ring_model_sent(k, 1000, DType::kF32, alone.intra(), alone).total(), 0u);
   }

@@ -19,7 +19,7 @@ TEST(LinkCounter, RingMessagesSumToTheLedgersInterBytes) {
       for (GroupKind g : {GroupKind::kWorld, GroupKind::kIntra, GroupKind::kInter}) {
         const Group& group = topo.group(g);
         for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
-                           CollKind::kBroadcast}) {
+                           CollKind::kBroadcast, CollKind::kReduce}) {
           for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(1) << 20}) {
             if (k == CollKind::kReduceScatter || k == CollKind::kAllGather)
               count -= count % size_t(group.size());  // whole blocks, as the strategies issue
@@ -29,9 +29,10 @@ TEST(LinkCounter, RingMessagesSumToTheLedgersInterBytes) {
             e.group_size = group.size();
             e.count = count;
             e.dtype = DType::kF32;
+            if (k == CollKind::kReduce) e.root_index = group.size() - 1;  // not the chain's 0
             const auto msgs = ring_inter_messages(e, topo);
             const uint64_t sum = std::accumulate(msgs.begin(), msgs.end(), uint64_t(0));
-            EXPECT_EQ(sum, ring_model_sent(k, count, e.dtype, group, topo).inter)
+            EXPECT_EQ(sum, ring_model_sent(k, count, e.dtype, group, topo, e.root_index).inter)
                 << coll_name(k) << " " << group_name(g) << " world " << world << " rpn " << rpn
                 << " rank " << rank << " count " << count;
             for (uint64_t m : msgs) EXPECT_GT(m, 0u);

@@ -120,6 +120,33 @@ TEST(PredictRing, ClosedFormEqualsRingModelSentPerRank) {
   }
 }
 
+// Reduce: the chain ends at the root, every other position sends the whole buffer; the
+// closed-form path (per-position differences) and the per-rank topology path agree per rank.
+TEST(PredictRing, ReduceToEveryRootAgreesBetweenClosedFormAndTopologyPaths) {
+  const Cluster cluster = load_cluster("dgx-h100");
+  for (auto [N, G] : {std::pair{3, 1}, std::pair{4, 2}, std::pair{6, 3}}) {
+    TrafficAccount closed(N, G, cluster);
+    const Topology topo = Topology::virtual_nodes(N, 0, G);
+    TrafficAccount ring(topo, cluster);
+    uint64_t sent = 0;
+    for (GroupKind g : {GroupKind::kWorld, GroupKind::kIntra, GroupKind::kInter}) {
+      const int n = topo.group(g).size();
+      for (int root = 0; root < n; ++root) {
+        closed.add({CollKind::kReduce, g, 1001, DType::kF32, root});
+        ring.add({CollKind::kReduce, g, 1001, DType::kF32, root});
+        sent += n > 1 ? uint64_t(n - 1) * 1001 * 4 * uint64_t(N / n) : 0;
+      }
+    }
+    const Traffic a = closed.finish(), b = ring.finish();
+    EXPECT_EQ(a.sent_intra + a.sent_inter, sent) << N << "x" << G;
+    EXPECT_EQ(a.sent_intra, b.sent_intra);
+    EXPECT_EQ(a.sent_inter, b.sent_inter);
+    EXPECT_EQ(a.max_rank_sent, b.max_rank_sent);
+    EXPECT_EQ(a.max_rank_intra, b.max_rank_intra);
+    EXPECT_EQ(a.max_rank_inter, b.max_rank_inter);
+  }
+}
+
 TEST(PredictRing, UnevenCountsAgreeBetweenClosedFormAndTopologyPaths) {
   const Cluster cluster = load_cluster("dgx-h100");
   for (auto [N, G] : {std::pair{6, 3}, std::pair{8, 2}, std::pair{12, 4}}) {

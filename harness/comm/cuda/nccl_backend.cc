@@ -138,6 +138,11 @@ class NcclBackend final : public CommBackend {
         SB_NCCL_CHECK(
             ncclBroadcast(op.send, op.recv, op.count, t, op.root_index, comm, comm_));
         break;
+      case CollKind::kReduce:
+        // After this reduce the root holds the group's element-wise sum (in place).
+        SB_NCCL_CHECK(
+            ncclReduce(op.send, op.recv, op.count, t, ncclSum, op.root_index, comm, comm_));
+        break;
       case CollKind::kBarrier:
         // NCCL has no barrier: a one-element all-reduce completes only once every rank of
         // the group has reached it.
