@@ -43,10 +43,10 @@ Cluster gpu_node(const char* name, const char* device, const char* cuda_name, do
 }
 
 // cpu-local: this machine (2-core AMD EPYC, 25.3 GB RAM, OpenMPI 4.1.4 shared memory),
-// measured 2026-11-29 on the idle machine (load average < 1), OpenBLAS Haswell kernels:
-// - single-core sgemm 99-103 GFLOP/s (the run's n=768 probe, throughput.peak_flops) and a
-//   `small` step at 80-86 % of it: `shardbench run --np 1 --model small --strategies ddp
-//   --batch 4 --steps 5` (step 0.161-0.167 s for 13.69 GFLOP) -> peak 100e9, efficiency 0.82;
+// compute re-fitted 2026-12-01 on the idle machine, OpenBLAS Haswell kernels, fused attention:
+// - single-core sgemm 130 GFLOP/s (the launcher's calibration, config.mfu_peak: 129.6-131.1)
+//   and a `small` step at 80-81 % of it: `shardbench run --np 1 --model small --strategies ddp
+//   --batch 4 --steps 5` (step 0.130-0.132 s for 13.69 GFLOP) -> peak 130e9, efficiency 0.80;
 // - ring all-gather / all-reduce of the suite's ring backend (MPI_Sendrecv, shared memory),
 //   timed by a 60-line program on Communicator (fp32, 64 B..64 MiB, median of 5-30, max over
 //   ranks): 2 ranks ~10 us per step, 1.4 GB/s per rank at >= 16 MiB; 4 ranks on the 2 cores
@@ -55,9 +55,9 @@ Cluster cpu_local() {
   Cluster c;
   c.name = "cpu-local";
   c.device = "1 CPU core (OpenBLAS, single thread)";
-  c.peak_flops_bf16 = c.peak_flops_fp32 = 100e9;  // the workload computes in fp32 on CPU
+  c.peak_flops_bf16 = c.peak_flops_fp32 = 130e9;  // the workload computes in fp32 on CPU
   c.bf16_matmul = false;
-  c.compute_efficiency = 0.82;
+  c.compute_efficiency = 0.80;
   c.comm_efficiency = 1.0;  // the bandwidth below is already the achieved one
   c.device_memory_bytes = 25.3e9;
   c.memory_bw_bytes_per_s = 0;  // memory-bound kernels: inside the calibrated efficiency
@@ -65,7 +65,7 @@ Cluster cpu_local() {
   c.host_cores = 2;
   c.intra = LinkClass{1.1e9, 45e-6, true};
   c.inter = LinkClass{1.1e9, 45e-6, true};  // virtual nodes: the same shared memory
-  c.source = "measured on this machine 2026-11-29 (see harness/predict/cluster.cc)";
+  c.source = "measured on this machine 2026-11-29, compute re-fitted 2026-12-01 (see harness/predict/cluster.cc)";
   return c;
 }
 
