@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 NP=${NP:-4}; RPN=${RPN:-2}; BATCH=${BATCH:-4}; STEPS=${STEPS:-5}; WARMUP=${WARMUP:-1}
-OUT=${OUT:-results/peer-shardbench.json}
+OUT=${OUT:-results/runs/peer-shardbench.json}  # git-ignored, beside the main job's
 PY=${PYTHON:-python3}  # torch_ddp.py re-runs itself under /usr/bin/python3 if PY lacks torch
 export OPENBLAS_NUM_THREADS=1
 if [ "$(id -u)" -eq 0 ]; then
