@@ -135,9 +135,7 @@ class Strategy : public ModelHooks {
   virtual void setup() = 0;
   virtual void begin_step() {}
   // Gradient accumulation (options.grad_accum = K > 1): called before each micro-batch's
-  // forward; `sync` on the last one, where the accumulated gradients must be reduced. A
-  // strategy that does not override supports_grad_accum() rejects K > 1 with a clear error.
-  virtual bool supports_grad_accum() const { return false; }
+  // forward; `sync` on the last one, where the accumulated gradients must be reduced.
   virtual void begin_micro_step(bool sync) {}
   // After the model's backward: make every gradient reduction complete.
   virtual void finish_backward() = 0;

@@ -84,7 +84,6 @@ class Zero3 final : public Strategy {
     ++passes_;
     micro_ = 0;
   }
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool) override {
     if (micro_++ == 0) return;  // begin_step started the first one
     cursor_ = 0;
