@@ -235,7 +235,13 @@ static void validate(const CollectiveOp& op) {
   const size_t n = size_t(op.group->size());
   const bool sums = op.kind == CollKind::kAllReduce || op.kind == CollKind::kReduceScatter;
   SB_CHECK(!(sums && op.dtype == DType::kI8), coll_name(op.kind) << ": int8 codes are not summed");
-  if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather)
+  if (op.kind == CollKind::kAllToAll) {
+    const size_t bytes = op.count * dtype_bytes(op.dtype);
+    const auto s = reinterpret_cast<uintptr_t>(op.send), r = reinterpret_cast<uintptr_t>(op.recv);
+    SB_CHECK(bytes == 0 || s + bytes <= r || r + bytes <= s, "all_to_all: send and recv overlap");
+  }
+  if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather ||
+      op.kind == CollKind::kAllToAll)
     SB_CHECK(op.count % n == 0, coll_name(op.kind)
                                     << ": count " << op.count << " not a multiple of " << n);
   if (op.kind == CollKind::kBroadcast)
@@ -268,6 +274,14 @@ CommHandle Communicator::all_gather_async(const void* send, void* recv, size_t s
 CommHandle Communicator::broadcast_async(void* buf, size_t count, DType t, int root_index,
                                          GroupKind g, std::string tag) {
   CollectiveOp op{CollKind::kBroadcast, &group(g), buf, buf, count, t, root_index};
+  return submit(op, std::move(tag));
+}
+
+CommHandle Communicator::all_to_all_async(const void* send, void* recv, size_t block_count,
+                                          DType t, GroupKind g, std::string tag) {
+  const Group& grp = group(g);
+  const size_t count = block_count * size_t(grp.size());  // LedgerEntry: A2A counts its input
+  CollectiveOp op{CollKind::kAllToAll, &grp, send, recv, count, t, 0};
   return submit(op, std::move(tag));
 }
 

@@ -14,6 +14,7 @@ const char* coll_name(CollKind k) {
     case CollKind::kAllGather: return "all_gather";
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kBarrier: return "barrier";
+    case CollKind::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -37,7 +38,8 @@ int RingSchedule::steps() const {
     case CollKind::kAllGather: return n_ - 1;
     case CollKind::kAllReduce: return 2 * (n_ - 1);
     case CollKind::kBroadcast:
-    case CollKind::kBarrier: return 0;
+    case CollKind::kBarrier:
+    case CollKind::kAllToAll: return 0;  // pairwise, not a ring (alltoall_send_peer)
   }
   return 0;
 }
@@ -64,6 +66,7 @@ uint64_t RingSchedule::sent_elements() const {
     case CollKind::kAllReduce: return 2 * c - own - succ;
     case CollKind::kBroadcast: return broadcast_sends() ? c : 0;
     case CollKind::kBarrier: return 0;
+    case CollKind::kAllToAll: return c - c / uint64_t(n_);  // every block but its own
   }
   return 0;
 }
