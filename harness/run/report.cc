@@ -62,7 +62,8 @@ double busbw_factor(CollKind k, int n) {
   switch (k) {
     case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
     case CollKind::kReduceScatter:
-    case CollKind::kAllGather: return double(n - 1) / n;
+    case CollKind::kAllGather:
+    case CollKind::kAllToAll: return double(n - 1) / n;
     case CollKind::kBroadcast:
     case CollKind::kReduce: return 1.0;
     case CollKind::kBarrier: return 0.0;
