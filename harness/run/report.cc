@@ -171,6 +171,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
       {"zero_hpz_partition_size", o.zero_hpz_partition_size},
       {"zero_quantized_weights", o.zero_quantized_weights},
+      {"zero_quantized_gradients", o.zero_quantized_gradients},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},
