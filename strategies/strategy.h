@@ -69,6 +69,9 @@ struct StrategyOptions {
   // block-quantised parameter all-gathers (strategies/zero3.cc).
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
+  // ZeRO++ qgZ: gradients reduce-scattered as a hierarchical all-to-all of int4 blocks (zero3,
+  // across nodes only; strategies/zero3_qgz.h).
+  bool zero_quantized_gradients = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;
   // PyTorch DDP as shipped (torch 1.13.1; --ddp-config): see strategies/ddp.cc.

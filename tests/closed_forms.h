@@ -5,6 +5,7 @@
 // derivations are the comments. Header-only; needs the model layout and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -313,8 +314,20 @@ inline uint64_t ds_quant_blocks(uint64_t n) {
   while (n % (16 * g) == 0 && n / g > 8000) g *= 2;
   return g;
 }
+// - qgZ (coalesced_collectives.py all_to_all_quant_reduce, only with M > 1 nodes): a tensor of
+//   2+ dimensions whose numel is a multiple of 2N goes as int4 codes (half a byte per element)
+//   plus one fp32 scale per quantisation group, max(shape[0], shape[1], N) groups over the
+//   tensor, g = that / N per partition of pad/N elements; a "slot" (one partition's codes and
+//   scales) is pad/(2N) + 4g bytes. The node's all-to-all: each rank sends each of its G-1 node
+//   peers the M slots of that peer's local index, (G-1)·M slots, all intra; the nodes' all-to-
+//   all: one slot to each of the M-1 ranks of its local index elsewhere, all inter. Summed over
+//   the N ranks: N·(G-1)·M and N·(M-1) slots. Other tensors: their own reduce-scatter, as above.
+inline bool qgz_all_to_all(const ParamTensor& t, double N) {
+  return t.shape.size() >= 2 && t.numel % (2 * uint64_t(N)) == 0;
+}
 inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t persist, double N,
-                          double G, uint64_t reuse_distance, bool hpz, bool qwz) {
+                          double G, uint64_t reuse_distance, bool hpz, bool qwz,
+                          bool qgz = false) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
   const std::vector<int> uses = l.uses_per_pass();
   const bool once = reuse_distance >= 2 * l.num_params();
@@ -326,10 +339,18 @@ inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t pe
   const double inter_hops = M > 1 ? M : 0;
   Bytes b;
   for (size_t t = 0; t < l.tensors.size(); ++t) {
-    const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
-    const double rs = (N - 1) / N * pad * bg;
-    b.intra += (N - inter_hops) * rs;
-    b.inter += inter_hops * rs;
+    const ParamTensor& info = l.tensors[t];
+    const double pad = double(round_up(info.numel, uint64_t(N)));
+    if (qgz && M > 1 && qgz_all_to_all(info, N)) {
+      const double groups = std::max({double(info.shape[0]), double(info.shape[1]), N});
+      const double slot = pad / (2 * N) + 4 * std::max(1.0, std::floor(groups / N));
+      b.intra += N * (G - 1) * M * slot;
+      b.inter += N * (M - 1) * slot;
+    } else {
+      const double rs = (N - 1) / N * pad * bg;
+      b.intra += (N - inter_hops) * rs;
+      b.inter += inter_hops * rs;
+    }
     if (l.tensors[t].numel <= persist) {
       const double refresh = (N - 1) / N * pad * bp;
       b.intra += (N - inter_hops) * refresh;

@@ -115,6 +115,22 @@ std::vector<Knobs> knob_cases() {
          c.options.zero_quantized_weights = true;
        },
        "zero3"},
+      // qgZ: int4 all-to-alls across nodes (its collectives need more than one node)
+      {"zeropp_qgz_bf16",
+       [](RunConfig& c) {
+         c.options.precision = Precision::kBf16Mixed;
+         c.options.zero_quantized_gradients = true;
+       },
+       "zero3"},
+      {"zeropp_all_paper_overlap_off",
+       [](RunConfig& c) {
+         apply_zero_schedule(ZeroSchedule::kPaper, c.options);
+         c.options.overlap = false;
+         c.options.zero_hpz_partition_size = run_env().topo.ranks_per_node();
+         c.options.zero_quantized_weights = true;
+         c.options.zero_quantized_gradients = true;
+       },
+       "zero3"},
       {"untied_bf16_naive_attention",
        [](RunConfig& c) {
          c.model.tied_head = false;
