@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """The README's per-strategy tables, written from results files rather than by hand.
 
-    plots/strategy_table.py FILE[=LABEL] ... [--time]
+    plots/strategy_table.py FILE[=LABEL] ... [--time | --psi]
 
 One markdown row per strategy of every file, in the order given; LABEL (e.g. the flags that
 made the file) goes in the second column. Bytes are sent bytes per step summed over ranks,
 collectives are per step on one rank, memory is per rank; the last columns are the measured /
 predicted ratios the run itself wrote (residuals.ratio). --time adds the median step and MFU.
+
+--psi writes the ZeRO++ claim's table instead: inter-node bytes also in the paper's units of
+Ψ = the model's padded parameters, one unit being what one ring collective of Ψ bf16 elements
+sends across nodes, summed over ranks: M·(N−1)/N·Ψ·2 bytes (M nodes, N ranks: the M ring hops
+that leave a node each carry (N−1)/N of the buffer); with the secondary partitions and comm
+buffers at the peak and the last step's loss.
 """
 import argparse
 import json
@@ -42,6 +48,27 @@ def row(result, label, with_time):
     return "| " + " | ".join(cells) + " |"
 
 
+def psi_row(doc, result, label):
+    per_step = result["comm"]["per_step"]
+    memory = result["memory"]
+    config = doc["config"]
+    nodes, world = config["num_nodes"], config["world_size"]
+    unit = nodes * (world - 1) / world * result["padded_params"] * 2
+    at_peak = memory["breakdown_at_peak"]
+    cells = [label, f"{per_step['sent_bytes_intra'] / MIB:.1f}",
+             f"{per_step['sent_bytes_inter'] / MIB:.1f}",
+             f"{per_step['sent_bytes_inter'] / unit:.3f}" if nodes > 1 else "–",
+             collectives(result), f"{memory['peak_bytes_per_rank'] / MIB:.1f}",
+             f"{at_peak.get('secondary_params', 0) / MIB:.1f}",
+             f"{at_peak.get('comm_buffers', 0) / MIB:.1f}", f"{result['loss'][-1]:.4f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+PSI_HEADER = ["| zero3 | intra MiB/step | inter MiB/step | inter in Ψ | collectives/step (kind/group) "
+              "| peak MiB/rank | secondary MiB at peak | comm buffers MiB at peak | last loss |",
+              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+
+
 def header(with_time):
     names = ["strategy", "settings", "intra MiB/step", "inter MiB/step",
              "collectives/step (kind/group)", "peak MiB/rank", "model state MiB/rank",
@@ -57,8 +84,9 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", metavar="FILE[=LABEL]")
     parser.add_argument("--time", action="store_true", help="add median step time and MFU")
+    parser.add_argument("--psi", action="store_true", help="the ZeRO++ claim's table (Ψ units)")
     args = parser.parse_args(argv)
-    lines = header(args.time)
+    lines = PSI_HEADER if args.psi else header(args.time)
     for spec in args.files:
         path, _, label = spec.partition("=")
         try:
@@ -71,7 +99,9 @@ def main(argv):
             print(f"strategy_table.py: {path}: a prediction, not a run", file=sys.stderr)
             return 2
         for result in doc.get("results", []):
-            if result.get("status") == "ok":
+            if result.get("status") == "ok" and args.psi:
+                lines.append(psi_row(doc, result, label or "default"))
+            elif result.get("status") == "ok":
                 lines.append(row(result, label or "default", args.time))
             else:
                 lines.append(f"| `{result.get('strategy')}` | {label or 'default'} | "

@@ -558,6 +558,27 @@ class StrategyTableTest(Base):
         self.assertEqual(float(cells[9]), round(ddp["step_time_s"]["median"], 3))
         self.assertIn("oom", rows["zero3"][2])
 
+    def test_psi_rows_put_the_inter_node_bytes_in_the_papers_units(self):
+        # One unit: a ring collective of the padded parameters in bf16, its M node-leaving hops
+        # each carrying (N-1)/N of the buffer: M·(N-1)/N·Ψ·2 bytes summed over ranks.
+        doc = make_results(strategies=["ddp", "zero3"])
+        rc, out = run(TABLE, f"{self.write('r.json', doc)}=plain", "--psi")
+        self.assertEqual(rc, 0, out)
+        lines = out.splitlines()
+        self.assertIn("inter in Ψ", lines[0])
+        self.assertEqual(len(lines), 4)
+        cfg = doc["config"]
+        for line, result in zip(lines[2:], doc["results"]):
+            cells = line.strip("|").split(" | ")
+            inter = result["comm"]["per_step"]["sent_bytes_inter"]
+            unit = (cfg["num_nodes"] * (cfg["world_size"] - 1) / cfg["world_size"]
+                    * result["padded_params"] * 2)
+            self.assertEqual(cells[0].strip(), "plain")
+            self.assertEqual(float(cells[3]), round(inter / unit, 3))
+            self.assertEqual(float(cells[8]), round(result["loss"][-1], 4))
+            breakdown = result["memory"]["breakdown_at_peak"]
+            self.assertEqual(float(cells[7]), round(breakdown.get("comm_buffers", 0) / 2**20, 1))
+
     def test_a_prediction_is_refused(self):
         rc, out = run(TABLE, self.write("p.json", {"kind": "prediction", "results": []}))
         self.assertEqual(rc, 2, out)
