@@ -115,6 +115,22 @@ std::vector<Knobs> knob_cases() {
          c.options.zero_quantized_weights = true;
        },
        "zero3"},
+      // ZeRO++ inside the coalesced fetch: reuse 0 (stage3_max_reuse_distance 0) so backward
+      // gathers the secondary partitions as batches; a small live window splits the prefetch
+      {"zeropp_hpz_qwz_coalesced_reuse0",
+       [](RunConfig& c) {
+         c.options.reuse_distance = 0;
+         c.options.zero_hpz_partition_size = run_env().topo.ranks_per_node();
+         c.options.zero_quantized_weights = true;
+       },
+       "zero3"},
+      {"zeropp_hpz_coalesced_reuse0_live3000",
+       [](RunConfig& c) {
+         c.options.reuse_distance = 0;
+         c.options.max_live_elements = 3000;
+         c.options.zero_hpz_partition_size = run_env().topo.ranks_per_node();
+       },
+       "zero3"},
       {"untied_bf16_naive_attention",
        [](RunConfig& c) {
          c.model.tied_head = false;
