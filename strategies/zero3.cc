@@ -319,12 +319,14 @@ class Zero3 final : public Strategy {
     q.blocks = qwz_blocks(n);
     q.codes = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kI8, n * ranks);
     q.scales = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kF32, q.blocks * ranks);
-    quantize_int8(ctx_.device, src, dt, n, q.blocks, q.codes.at(me * n), q.scales.at(me * q.blocks));
+    quantize_int8(ctx_.device, src, dt, n, q.blocks, q.codes.at(me * n),
+                  q.scales.at(me * q.blocks));
     // after these all-gathers every rank holds every rank's codes and scales
     CommHandle codes = maybe_wait(
         ctx_.comm.all_gather_async(q.codes.at(me * n), q.codes.data(), n, DType::kI8, over, name));
-    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(
-        q.scales.at(me * q.blocks), q.scales.data(), q.blocks, DType::kF32, over, name + ".scales"));
+    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(q.scales.at(me * q.blocks),
+                                                           q.scales.data(), q.blocks, DType::kF32,
+                                                           over, name + ".scales"));
     return codes;
   }
 
