@@ -62,7 +62,8 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
                "grad_accum", "ddp", "fsdp_no_sync", "fsdp2_reshard_after_forward",
                "fsdp2_prefetch", "mics_shard_size", "mics_hierarchical_params_gather",
                "fsdp_use_orig_params", "max_live_elements", "model_persist_elements",
-               "zero3_fetch", "zero_hpz_partition_size", "zero_quantized_weights"]
+               "zero3_fetch", "zero_hpz_partition_size", "zero_quantized_weights",
+               "zero_quantized_gradients"]
 # What a key missing from an older file meant (files before matmul_precision computed every
 # matmul in fp32; files before zero_grad_reduce ran the ZeRO paper's schedule: reduce-scatter,
 # every ZeRO-3 gather released; files before grad_accum ran one micro-batch per step; files
@@ -76,7 +77,7 @@ CONFIG_DEFAULTS = {"matmul_precision": "fp32", "zero_grad_reduce": "reduce_scatt
                    "mics_hierarchical_params_gather": False, "fsdp_use_orig_params": False,
                    "max_live_elements": 1000000000, "model_persist_elements": 9223372036854775807,
                    "zero3_fetch": "per_tensor", "zero_hpz_partition_size": 1,
-                   "zero_quantized_weights": False}
+                   "zero_quantized_weights": False, "zero_quantized_gradients": False}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

@@ -50,7 +50,8 @@ MEM_CATEGORIES = [  # (key in breakdown_at_peak, legend label, colour)
     ("secondary_params", "hpZ secondary params", "#c5b0d5"),
 ]
 KIND_COLOURS = {"all_reduce": "#1f77b4", "reduce_scatter": "#ff7f0e", "all_gather": "#2ca02c",
-                "broadcast": "#9467bd", "barrier": "#8c8c8c", "reduce": "#d62728"}
+                "broadcast": "#9467bd", "barrier": "#8c8c8c", "reduce": "#d62728",
+                "all_to_all": "#17becf"}
 FILE_COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
 FILE_HATCHES = ["", "//", "..", "xx", "\\\\", "oo"]
 FILE_MARKERS = ["o", "s", "^", "D", "v", "P"]
@@ -673,7 +674,8 @@ def plot_phases(plt, runs, names, out):
 
 
 KIND_TRACE = {"all_reduce": "#1f77b4", "reduce_scatter": "#ff7f0e", "all_gather": "#2ca02c",
-              "broadcast": "#9467bd", "barrier": "#7f7f7f", "reduce": "#d62728"}
+              "broadcast": "#9467bd", "barrier": "#7f7f7f", "reduce": "#d62728",
+              "all_to_all": "#17becf"}
 PHASE_TRACE = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#8172b3",
                "step end": "#bbbbbb"}
 

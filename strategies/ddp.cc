@@ -59,7 +59,6 @@ class Ddp final : public Strategy {
   // Gradient accumulation as DDP.no_sync() (distributed.py: require_backward_grad_sync=False
   // skips Reducer::prepare_for_backward, so no bucket is reduced): every micro-batch but the last
   // only accumulates into the local .grad; the last reduces the sums.
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool sync) override { sync_ = sync; }
 
   void on_post_backward(int m) override {

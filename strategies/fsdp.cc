@@ -99,7 +99,6 @@ class Fsdp final : public Strategy {
   // (Ψ_pad·b_g per rank until the last micro-batch) and accumulates; the last reduce-scatters.
   // Without no_sync (options.fsdp_no_sync false) every micro-batch reduce-scatters, and the
   // shard accumulates the reduced sums (_post_backward_hook: `param._saved_grad_shard += output`).
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool sync) override { sync_ = sync || !ctx_.options.fsdp_no_sync; }
 
   void on_post_backward(int m) override {

@@ -122,7 +122,6 @@ class Fsdp2 final : public Strategy {
   // (stage3.py partition_grads: a reduce-scatter every micro-batch, added into the partition's
   // grad; mics.py MiCS_Optimizer.allreduce_mics_shard_grads: the replica all-reduce only at
   // is_gradient_accumulation_boundary()).
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool sync) override { sync_ = sync; }
 
   void on_post_backward(int m) override {

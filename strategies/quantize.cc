@@ -10,7 +10,9 @@ namespace {
 
 constexpr uint64_t kTargetBlock = 8000;  // CUDAQuantizer.target_group_size
 
-std::vector<float> to_f32(Device& device, const void* src, DType t, uint64_t n) {
+}  // namespace
+
+std::vector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n) {
   std::vector<float> out(n);
   if (t == DType::kF32) {
     device.copy_to_host(out.data(), src, n * 4);
@@ -22,7 +24,15 @@ std::vector<float> to_f32(Device& device, const void* src, DType t, uint64_t n) 
   return out;
 }
 
-}  // namespace
+void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType t) {
+  if (t == DType::kF32) {
+    device.copy_to_device(dst, v.data(), v.size() * 4);
+    return;
+  }
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+  device.copy_to_device(dst, h.data(), h.size() * 2);
+}
 
 uint64_t qwz_blocks(uint64_t n) {
   if (n == 0) return 1;
@@ -34,25 +44,43 @@ uint64_t qwz_blocks(uint64_t n) {
   return g;
 }
 
+void quantize_symmetric(const float* v, uint64_t n, uint64_t blocks, int bits, int8_t* codes,
+                        float* scales) {
+  const uint64_t len = quant_block_len(n, blocks);
+  const long q_max = (1L << (bits - 1)) - 1, q_min = -(1L << (bits - 1));
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t lo = std::min(n, b * len), hi = std::min(n, lo + len);
+    float absmax = 0;
+    for (uint64_t i = lo; i < hi; ++i) absmax = std::max(absmax, std::fabs(v[i]));
+    // Params<Symmetric, bits>: scale = 2^bits / (2·absmax) (1 when absmax is 0); stored inverted
+    const float scale = absmax == 0 ? 1.0f : float(1L << bits) / (2.0f * absmax);
+    scales[b] = 1.0f / scale;
+    for (uint64_t i = lo; i < hi; ++i)
+      codes[i] = int8_t(std::clamp(std::lrintf(v[i] * scale), q_min, q_max));
+  }
+}
+
 void quantize_int8(Device& device, const void* src, DType t, uint64_t n, uint64_t blocks,
                    void* codes, void* scales) {
   if (!device.holds_data() || n == 0) return;
-  const std::vector<float> v = to_f32(device, src, t, n);
+  const std::vector<float> v = device_to_f32(device, src, t, n);
   std::vector<int8_t> q(n);
   std::vector<float> s(blocks, 1.0f);
-  const uint64_t len = quant_block_len(n, blocks);
-  for (uint64_t b = 0; b * len < n; ++b) {
-    const uint64_t lo = b * len, hi = std::min(n, lo + len);
-    float absmax = 0;
-    for (uint64_t i = lo; i < hi; ++i) absmax = std::max(absmax, std::fabs(v[i]));
-    // Params<Symmetric, 8>: scale = 2^8 / (2·absmax) (1 when absmax is 0); stored inverted
-    const float scale = absmax == 0 ? 1.0f : 256.0f / (2.0f * absmax);
-    s[b] = 1.0f / scale;
-    for (uint64_t i = lo; i < hi; ++i)
-      q[i] = int8_t(std::clamp(std::lrintf(v[i] * scale), -128L, 127L));
-  }
+  quantize_symmetric(v.data(), n, blocks, 8, q.data(), s.data());
   device.copy_to_device(codes, q.data(), n);
   device.copy_to_device(scales, s.data(), blocks * 4);
+}
+
+void pack_int4(const int8_t* codes, uint64_t n, uint8_t* packed) {
+  for (uint64_t i = 0; i < n; i += 2)
+    packed[i / 2] = uint8_t((codes[i] & 0xF) | ((i + 1 < n ? codes[i + 1] & 0xF : 0) << 4));
+}
+
+void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const int nibble = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
+    codes[i] = int8_t(nibble >= 8 ? nibble - 16 : nibble);  // sign-extend the 4-bit code
+  }
 }
 
 void dequantize_int8(Device& device, const void* codes, const void* scales, uint64_t n,
@@ -67,13 +95,7 @@ void dequantize_int8(Device& device, const void* codes, const void* scales, uint
   for (uint64_t r = 0; r < ranks; ++r)
     for (uint64_t i = 0; i < n; ++i)
       out[r * n + i] = float(q[r * n + i]) * s[r * blocks + i / len];
-  if (t == DType::kF32) {
-    device.copy_to_device(dst, out.data(), out.size() * 4);
-    return;
-  }
-  std::vector<uint16_t> h(out.size());
-  for (size_t i = 0; i < out.size(); ++i) h[i] = f32_to_bf16(out[i]);
-  device.copy_to_device(dst, h.data(), h.size() * 2);
+  f32_to_device(device, out, dst, t);
 }
 
 }  // namespace sb

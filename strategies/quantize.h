@@ -1,11 +1,13 @@
-// Block-wise symmetric int8 quantisation of a parameter shard, as ZeRO++'s qwZ puts it on the
-// wire (DeepSpeed 0.19.6 partition_parameters.py CUDAQuantizer.quantize, 8 bits, Symmetric;
-// csrc/includes/quantization_utils.h Params<Symmetric>): per block, scale = absmax / 2^(bits-1)
-// (fp32, what the kernel stores), code = clamp(round(v / scale), -128, 127). The codes and scales
-// travel; the receiver dequantises code · scale. Host arithmetic: the device's data is staged.
+// Block-wise symmetric quantisation as ZeRO++ puts it on the wire: qwZ's int8 parameter shards
+// (DeepSpeed 0.19.6 partition_parameters.py CUDAQuantizer.quantize, 8 bits, Symmetric) and qgZ's
+// int4 gradient partitions (strategies/qgz.h). csrc/includes/quantization_utils.h
+// Params<Symmetric, bits>: per block, scale = absmax / 2^(bits-1) (fp32, what the kernel stores),
+// code = clamp(round(v / scale), -2^(bits-1), 2^(bits-1) - 1). The codes and scales travel; the
+// receiver dequantises code · scale. Host arithmetic: the device's data is staged.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "harness/common/dtype.h"
 #include "harness/device/device.h"
@@ -19,6 +21,19 @@ namespace sb {
 uint64_t qwz_blocks(uint64_t n);
 // Elements per block (the last block holds the rest).
 inline uint64_t quant_block_len(uint64_t n, uint64_t blocks) { return (n + blocks - 1) / blocks; }
+
+// Device memory of dtype t (fp32 or bf16) to host fp32, and back.
+std::vector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n);
+void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType t);
+
+// Host arithmetic, any width: v[0..n) in `blocks` blocks (quant_block_len), symmetric `bits`-bit
+// codes (-2^(bits-1) .. 2^(bits-1)-1, one int8 per element) and one fp32 scale per block (the
+// dequantised value is code · scale).
+void quantize_symmetric(const float* v, uint64_t n, uint64_t blocks, int bits, int8_t* codes,
+                        float* scales);
+// 4-bit codes two to a byte (element 2k in the low nibble), as they travel: (n + 1) / 2 bytes.
+void pack_int4(const int8_t* codes, uint64_t n, uint8_t* packed);
+void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes);
 
 // Quantises n elements of `src` (device memory, dtype t) into `codes` (n int8) and `scales`
 // (blocks fp32), both device memory. Nothing happens on a device that holds no data.

@@ -69,6 +69,9 @@ struct StrategyOptions {
   // block-quantised parameter all-gathers (strategies/zero3.cc).
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
+  // ZeRO++ qgZ: gradients reduce-scattered as a hierarchical all-to-all of int4 blocks (zero3,
+  // across nodes only; strategies/zero3_qgz.h).
+  bool zero_quantized_gradients = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;
   // PyTorch DDP as shipped (torch 1.13.1; --ddp-config): see strategies/ddp.cc.
@@ -135,9 +138,7 @@ class Strategy : public ModelHooks {
   virtual void setup() = 0;
   virtual void begin_step() {}
   // Gradient accumulation (options.grad_accum = K > 1): called before each micro-batch's
-  // forward; `sync` on the last one, where the accumulated gradients must be reduced. A
-  // strategy that does not override supports_grad_accum() rejects K > 1 with a clear error.
-  virtual bool supports_grad_accum() const { return false; }
+  // forward; `sync` on the last one, where the accumulated gradients must be reduced.
   virtual void begin_micro_step(bool sync) {}
   // After the model's backward: make every gradient reduction complete.
   virtual void finish_backward() = 0;

@@ -66,7 +66,6 @@ class Zero final : public Strategy {
   // is_gradient_accumulation_boundary()`): stage 1 lets the full local grads accumulate and
   // reduces at the boundary only; stage 2 reduces every micro-batch and adds the owned slice
   // into its grad partition (independent_gradient_partition_epilogue: accumulated_grad.add_).
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool sync) override { sync_ = sync; }
 
   void on_post_backward(int m) override {

@@ -14,7 +14,9 @@
 // ZeRO++ (Wang et al. 2023; DeepSpeed zero_hpz_partition_size, zero_quantized_weights): hpZ keeps
 // a node-local secondary partition of each tensor when it is released, and gathers from it inside
 // the node until the optimizer step invalidates it; qwZ moves int8 codes + fp32 block scales
-// (a batch quantised as one tensor: its codes in one all-gather, its scales in another).
+// (a batch quantised as one tensor: its codes in one all-gather, its scales in another);
+// qgZ (zero_quantized_gradients, strategies/qgz.h) reduces each bucket tensor by tensor, a 2-D
+// one as int4 over an all-to-all inside the node and then across nodes.
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -22,6 +24,7 @@
 
 #include "harness/model/checkpointing.h"
 #include "strategies/accumulate.h"
+#include "strategies/qgz.h"
 #include "strategies/quantize.h"
 #include "strategies/strategy.h"
 
@@ -85,7 +88,6 @@ class Zero3 final : public Strategy {
     ++passes_;
     micro_ = 0;
   }
-  bool supports_grad_accum() const override { return true; }
   void begin_micro_step(bool) override {
     if (micro_++ == 0) return;  // begin_step started the first one
     cursor_ = 0;
@@ -165,6 +167,13 @@ class Zero3 final : public Strategy {
     TypedBuffer flat;
     CommHandle handle;
     Quantized quant;  // qwZ: the block's codes and scales
+  };
+  struct Reduction {
+    std::vector<int> tensors;
+    TypedBuffer staging, out;
+    CommHandle handle;
+    std::unique_ptr<QgzReduce> qgz;  // qgZ's all-to-alls in place of `handle`
+    bool done() const { return qgz ? qgz->done() : handle.done(); }
   };
 
   // parameter_offload.py mark_persistent_parameters: in parameter order, a tensor of at most
@@ -410,6 +419,47 @@ class Zero3 final : public Strategy {
 
   void flush_bucket() {
     if (bucket_.empty()) return;
+    if (qgz_active())
+      for (int t : bucket_) reductions_.push_back(qgz_reduction(t));
+    else
+      reductions_.push_back(bucket_reduction());
+    bucket_.clear();
+    bucket_elems_ = 0;
+    reap_reductions(false);
+  }
+
+  // stage3.py __avg_scatter_grads: qgZ only when the world spans more than one node.
+  bool qgz_active() const {
+    return ctx_.options.zero_quantized_gradients && ctx_.comm.topology().num_nodes() > 1;
+  }
+
+  // all_to_all_quant_reduce, one tensor: its qgZ reduction, or (1-D, or numel not a multiple of
+  // 2·world) reduce_scatter_coalesced([tensor]): a reduce-scatter of this tensor alone, whose
+  // padded flat already holds partition r at r·part.
+  Reduction qgz_reduction(int t) {
+    const ParamTensor& info = ctx_.model.tensors[t];
+    Reduction red;
+    red.tensors = {t};
+    red.out = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
+                          flats_[t].shard_size(world()));
+    if (qgz_eligible(info, world())) {
+      red.qgz = std::make_unique<QgzReduce>(
+          ctx_.comm, ctx_.device, ctx_.memory, grad_full_[t].data(), grad_full_[t].dtype(),
+          flats_[t].padded, qgz_groups_per_partition(info, world()), ctx_.options.overlap,
+          info.name);
+      grad_full_[t].reset();
+      return red;
+    }
+    red.staging = std::move(grad_full_[t]);
+    // after this reduce-scatter each rank holds the summed grads of its partition of t
+    red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(),
+                                                           red.out.size(), red.out.dtype(),
+                                                           GroupKind::kWorld, info.name));
+    return red;
+  }
+
+  // One reduce-scatter of the bucket, staged as N blocks (block q = every tensor's partition q).
+  Reduction bucket_reduction() {
     const int n = world();
     uint64_t block = 0;
     for (int t : bucket_) block += flats_[t].shard_size(n);
@@ -432,17 +482,17 @@ class Zero3 final : public Strategy {
     red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(), block,
                                                            red.out.dtype(), GroupKind::kWorld,
                                                            "grad_bucket"));
-    reductions_.push_back(std::move(red));
-    bucket_.clear();
-    bucket_elems_ = 0;
-    reap_reductions(false);
+    return red;
   }
 
   // Copy finished reductions into the grad shards and free their staging.
   void reap_reductions(bool all) {
-    while (!reductions_.empty() && (all || reductions_.front().handle.done())) {
+    while (!reductions_.empty() && (all || reductions_.front().done())) {
       Reduction& red = reductions_.front();
-      red.handle.wait();
+      if (red.qgz)
+        red.qgz->finish(red.out);
+      else
+        red.handle.wait();
       uint64_t at = 0;
       const size_t eb = dtype_bytes(red.out.dtype());
       for (int t : red.tensors) {
@@ -469,11 +519,6 @@ class Zero3 final : public Strategy {
     for (auto& h : hs) h.wait();
   }
 
-  struct Reduction {
-    std::vector<int> tensors;
-    TypedBuffer staging, out;
-    CommHandle handle;
-  };
 
   StrategyDescription desc_ = zero3_description();
   std::vector<int> ready_ = ctx_.model.grad_ready_module();

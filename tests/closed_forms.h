@@ -5,6 +5,7 @@
 // derivations are the comments. Header-only; needs the model layout and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -318,6 +319,17 @@ inline uint64_t ds_quant_blocks(uint64_t n) {
   while (n % (16 * g) == 0 && n / g > 8000) g *= 2;
   return g;
 }
+// - qgZ (coalesced_collectives.py all_to_all_quant_reduce, only with M > 1 nodes): a tensor of
+//   2+ dimensions whose numel is a multiple of 2N goes as int4 codes (half a byte per element)
+//   plus one fp32 scale per quantisation group, max(shape[0], shape[1], N) groups over the
+//   tensor, g = that / N per partition of pad/N elements; a "slot" (one partition's codes and
+//   scales) is pad/(2N) + 4g bytes. The node's all-to-all: each rank sends each of its G-1 node
+//   peers the M slots of that peer's local index, (G-1)·M slots, all intra; the nodes' all-to-
+//   all: one slot to each of the M-1 ranks of its local index elsewhere, all inter. Summed over
+//   the N ranks: N·(G-1)·M and N·(M-1) slots. Other tensors: their own reduce-scatter, as above.
+inline bool qgz_all_to_all(const ParamTensor& t, double N) {
+  return t.shape.size() >= 2 && t.numel % (2 * uint64_t(N)) == 0;
+}
 
 // One parameter gather of a step: its tensors, and whether from hpZ's secondary partitions.
 struct GatherGroup {
@@ -368,6 +380,7 @@ inline std::vector<GatherGroup> zero3_gather_groups(const ModelLayout& l,
 struct ZeroppKnobs {
   bool hpz = false, qwz = false;
   bool coalesced = false, prefetch = false;  // the fetch (see zero3_gather_groups)
+  bool qgz = false;
 };
 inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t persist, double N,
                           double G, uint64_t reuse_distance, ZeroppKnobs k) {
@@ -382,8 +395,16 @@ inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t pe
     b.inter += inter_hops * per_rank;
   };
   for (size_t t = 0; t < l.tensors.size(); ++t) {
-    const double pad = double(round_up(l.tensors[t].numel, uint64_t(N)));
-    world_ring((N - 1) / N * pad * bg);                    // the gradient reduce-scatter
+    const ParamTensor& info = l.tensors[t];
+    const double pad = double(round_up(info.numel, uint64_t(N)));
+    if (k.qgz && M > 1 && qgz_all_to_all(info, N)) {
+      const double groups = std::max({double(info.shape[0]), double(info.shape[1]), N});
+      const double slot = pad / (2 * N) + 4 * std::max(1.0, std::floor(groups / N));
+      b.intra += N * (G - 1) * M * slot;
+      b.inter += N * (M - 1) * slot;
+    } else {
+      world_ring((N - 1) / N * pad * bg);  // the gradient reduce-scatter
+    }
     if (persistent[t]) world_ring((N - 1) / N * pad * bp);  // the refresh after the step
   }
   for (const GatherGroup& g : zero3_gather_groups(l, persistent, once, k.prefetch, k.coalesced,

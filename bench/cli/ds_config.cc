@@ -106,8 +106,7 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
     } else if (k == "zero_quantized_weights") {
       o.zero_quantized_weights = get<bool>(v, key, path, "true|false");
     } else if (k == "zero_quantized_gradients") {
-      if (get<bool>(v, key, path, "true|false"))
-        fail(path, key, "true (qgZ's int4 all-to-all) is not yet supported; allowed: false");
+      o.zero_quantized_gradients = get<bool>(v, key, path, "true|false");
     } else if (k == "allgather_partitions") {
       if (!get<bool>(v, key, path, "true|false"))
         fail(path, key, "false (broadcasts) is not yet supported; allowed: true");

@@ -48,6 +48,7 @@ struct PredictArgs {
   bool mics_hierarchical = false;
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
+  bool zero_quantized_gradients = false;
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
@@ -145,6 +146,7 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.grad_accum = a.grad_accum;
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights;
+  o.zero_quantized_gradients = a.zero_quantized_gradients;
   require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
           fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
           fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
@@ -346,6 +348,8 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_flag("--zero-quantized-weights", a.zero_quantized_weights,
               "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
+  p->add_flag("--zero-quantized-gradients", a.zero_quantized_gradients,
+              "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all");
   p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
       ->capture_default_str();
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");

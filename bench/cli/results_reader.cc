@@ -29,7 +29,7 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"mics_hierarchical_params_gather", false}, {"fsdp_use_orig_params", false},
       {"max_live_elements", 1000000000}, {"model_persist_elements", 9223372036854775807LL},
       {"zero3_fetch", "coalesced"}, {"zero_hpz_partition_size", 1},
-      {"zero_quantized_weights", false}};
+      {"zero_quantized_weights", false}, {"zero_quantized_gradients", false}};
   return k;
 }
 

@@ -93,6 +93,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--zero-quantized-weights", a.zero_quantized_weights,
                   "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers: on | off")
       ->capture_default_str();
+  app->add_option("--zero-quantized-gradients", a.zero_quantized_gradients,
+                  "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all (inside "
+                  "the node, then across nodes; one node: the reduce-scatter): on | off")
+      ->capture_default_str();
   app->add_option("--grad-accum", a.grad_accum,
                   "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
       ->capture_default_str();
@@ -269,6 +273,8 @@ RunConfig to_run_config(const RunArgs& a) {
           "--zero-hpz-partition-size", a.zero_hpz_partition_size, "1 (off) or the ranks per node");
   require(a.zero_quantized_weights == "on" || a.zero_quantized_weights == "off",
           "--zero-quantized-weights", a.zero_quantized_weights, "on|off");
+  require(a.zero_quantized_gradients == "on" || a.zero_quantized_gradients == "off",
+          "--zero-quantized-gradients", a.zero_quantized_gradients, "on|off");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
   require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
@@ -339,6 +345,7 @@ RunConfig to_run_config(const RunArgs& a) {
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights == "on";
+  o.zero_quantized_gradients = a.zero_quantized_gradients == "on";
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
   if (a.np > 0 && a.hosts.empty())
     check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);

@@ -46,6 +46,7 @@ struct RunArgs {
   std::string mics_hierarchical_params_gather = "off";
   int zero_hpz_partition_size = 1;            // ZeRO++ hpZ (zero3): 1 off, else ranks per node
   std::string zero_quantized_weights = "off";  // ZeRO++ qwZ (zero3): on | off
+  std::string zero_quantized_gradients = "off";  // ZeRO++ qgZ (zero3): on | off
   std::string device = "cpu";
   int grad_accum = 1;      // --grad-accum K
   std::string fsdp_no_sync = "on";

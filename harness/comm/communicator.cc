@@ -178,6 +178,18 @@ bool Communicator::has_side_stream() const { return impl_->num_streams == 2; }
 
 std::string Communicator::backend_name() const { return impl_->backend().name(); }
 
+// Whom a stuck collective waits on, for the watchdog's message: the ring's predecessor, or
+// for the pairwise all-to-all every other rank of the group (any one of them may be missing).
+static std::string awaited_peers(const CollectiveOp& op) {
+  const Group& g = *op.group;
+  if (op.kind != CollKind::kAllToAll)
+    return "ring predecessor rank " + std::to_string(g.ranks[(g.index + g.size() - 1) % g.size()]);
+  std::string peers;
+  for (int j = 0; j < g.size(); ++j)
+    if (j != g.index) peers += (peers.empty() ? "" : ",") + std::to_string(g.ranks[j]);
+  return "its all-to-all peers (ranks " + peers + ")";
+}
+
 BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string tag, uint64_t seq,
                                            int stream) {
   CommBackend& backend = *impl_->streams[stream].backend;
@@ -187,11 +199,10 @@ BackendResult Communicator::run_and_record(const CollectiveOp& op, std::string t
     res = backend.run(op);  // nothing to wait on: no watchdog
   } else {
     const Group& g = *op.group;
-    const int prev = g.ranks[(g.index + g.size() - 1) % g.size()];
     Watchdog::Scope watch(std::string(coll_name(op.kind)) + " over " + group_name(g.kind) + " (" +
                           std::to_string(g.size()) + " ranks, " + std::to_string(op.count) +
                           " x " + dtype_name(op.dtype) + (tag.empty() ? "" : ", " + tag) +
-                          ") waiting on ring predecessor rank " + std::to_string(prev) +
+                          ") waiting on " + awaited_peers(op) +
                           (stream ? " (side comm stream)" : ""));
     res = backend.run(op);
   }
@@ -237,7 +248,13 @@ static void validate(const CollectiveOp& op) {
   const bool sums = op.kind == CollKind::kAllReduce || op.kind == CollKind::kReduceScatter ||
                     op.kind == CollKind::kReduce;
   SB_CHECK(!(sums && op.dtype == DType::kI8), coll_name(op.kind) << ": int8 codes are not summed");
-  if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather)
+  if (op.kind == CollKind::kAllToAll) {
+    const size_t bytes = op.count * dtype_bytes(op.dtype);
+    const auto s = reinterpret_cast<uintptr_t>(op.send), r = reinterpret_cast<uintptr_t>(op.recv);
+    SB_CHECK(bytes == 0 || s + bytes <= r || r + bytes <= s, "all_to_all: send and recv overlap");
+  }
+  if (op.kind == CollKind::kReduceScatter || op.kind == CollKind::kAllGather ||
+      op.kind == CollKind::kAllToAll)
     SB_CHECK(op.count % n == 0, coll_name(op.kind)
                                     << ": count " << op.count << " not a multiple of " << n);
   if (op.kind == CollKind::kBroadcast || op.kind == CollKind::kReduce)
@@ -277,6 +294,14 @@ CommHandle Communicator::broadcast_async(void* buf, size_t count, DType t, int r
 CommHandle Communicator::reduce_async(void* buf, size_t count, DType t, int root_index,
                                       GroupKind g, std::string tag) {
   CollectiveOp op{CollKind::kReduce, &group(g), buf, buf, count, t, root_index};
+  return submit(op, std::move(tag));
+}
+
+CommHandle Communicator::all_to_all_async(const void* send, void* recv, size_t block_count,
+                                          DType t, GroupKind g, std::string tag) {
+  const Group& grp = group(g);
+  const size_t count = block_count * size_t(grp.size());  // LedgerEntry: A2A counts its input
+  CollectiveOp op{CollKind::kAllToAll, &grp, send, recv, count, t, 0};
   return submit(op, std::move(tag));
 }
 

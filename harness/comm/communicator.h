@@ -143,6 +143,10 @@ class Communicator {
   // other ranks' buf is unchanged (DeepSpeed's dist.reduce to the owner of a gradient slice).
   CommHandle reduce_async(void* buf, size_t count, DType t, int root_index, GroupKind g,
                           std::string tag = {});
+  // send and recv (not overlapping) hold block_count * group size elements each: block j of
+  // send goes to group rank j, block j of recv comes from group rank j.
+  CommHandle all_to_all_async(const void* send, void* recv, size_t block_count, DType t,
+                              GroupKind g, std::string tag = {});
   CommHandle barrier_async(GroupKind g);
 
   void all_reduce(void* buf, size_t count, DType t, GroupKind g, std::string tag = {}) {
@@ -158,6 +162,10 @@ class Communicator {
   }
   void broadcast(void* buf, size_t count, DType t, int root_index, GroupKind g) {
     broadcast_async(buf, count, t, root_index, g).wait_from_issue();
+  }
+  void all_to_all(const void* send, void* recv, size_t block_count, DType t, GroupKind g,
+                  std::string tag = {}) {
+    all_to_all_async(send, recv, block_count, t, g, std::move(tag)).wait_from_issue();
   }
   void barrier(GroupKind g) { barrier_async(g).wait_from_issue(); }
 

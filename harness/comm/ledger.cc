@@ -13,6 +13,14 @@ HopBytes ring_model_sent(CollKind kind, size_t count, DType dtype, const Group& 
   const int n = group.size(), i = group.index;
   HopBytes out;
   if (n <= 1 || kind == CollKind::kBarrier) return out;
+  if (kind == CollKind::kAllToAll) {  // one block of count/n to every other position
+    const uint64_t block = uint64_t(count / size_t(n)) * dtype_bytes(dtype);
+    for (int s = 1; s < n; ++s) {
+      const int peer = group.ranks[alltoall_send_peer(n, i, s)];
+      (topo.same_node(group.ranks[i], peer) ? out.intra : out.inter) += block;
+    }
+    return out;
+  }
   const RingSchedule ring(kind, count, n, i, root_index);
   const uint64_t bytes = ring.sent_elements() * dtype_bytes(dtype);
   const int me = group.ranks[i], next = group.ranks[ring.next()];

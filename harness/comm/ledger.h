@@ -24,7 +24,8 @@ struct LedgerEntry {
   CollKind kind = CollKind::kBarrier;
   GroupKind group = GroupKind::kWorld;
   int group_size = 1;
-  size_t count = 0;            // elements: all-reduce/broadcast buffer, RS input, AG output
+  size_t count = 0;            // elements: all-reduce/broadcast buffer, RS input, AG output,
+                               // all-to-all input (== its output)
   DType dtype = DType::kF32;
   int root_index = 0;          // broadcast/reduce root (index into the group)
   uint64_t payload_bytes = 0;  // count * dtype bytes (nccl-tests' "size")
@@ -44,7 +45,7 @@ struct LedgerEntry {
 
 // Bytes rank `group.index` sends in a ring collective over `group`, classified per hop, exactly
 // as the ring implementation moves them (RingSchedule, uneven chunks included). count as in
-// LedgerEntry.
+// LedgerEntry. All-to-all: (n-1)/n of the buffer, each block classed by its own peer.
 HopBytes ring_model_sent(CollKind kind, size_t count, DType dtype, const Group& group,
                          const Topology& topo, int root_index = 0);
 

@@ -84,6 +84,24 @@ class NativeBackend final : public MpiBackendBase {
                      type, sum_op(op.dtype), op.root_index, c);
         }
         break;
+      case CollKind::kAllToAll:
+        if (m <= max_elems_) {
+          // after this all-to-all block j of recv holds group rank j's block for this rank
+          MPI_Alltoall(send, int(m), type, recv, int(m), type, c);
+          break;
+        }
+        for (size_t off = 0; off < m; off += max_elems_) {  // piece `off` of every block
+          const size_t len = std::min(max_elems_, m - off);
+          char* packed = static_cast<char*>(scratch(size_t(n) * len * es, 0));
+          char* got = static_cast<char*>(scratch(size_t(n) * len * es, 1));
+          for (int b = 0; b < n; ++b)
+            std::memcpy(packed + size_t(b) * len * es, send + (size_t(b) * m + off) * es, len * es);
+          // after this all-to-all `got` holds piece `off` of every rank's block for this rank
+          MPI_Alltoall(packed, int(len), type, got, int(len), type, c);
+          for (int b = 0; b < n; ++b)
+            std::memcpy(recv + (size_t(b) * m + off) * es, got + size_t(b) * len * es, len * es);
+        }
+        break;
       case CollKind::kBarrier:
         // after this barrier every rank of the group has reached it
         MPI_Barrier(c);

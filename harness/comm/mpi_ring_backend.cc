@@ -3,6 +3,7 @@
 // (the *measurement* that the ring model in ledger.cc must equal). No Ledger, no memory
 // tracker: scratch here is backend-private.
 #include <algorithm>
+#include <cstring>
 
 #include "harness/comm/mpi_backend_base.h"
 
@@ -31,6 +32,7 @@ class RingBackend final : public MpiBackendBase {
       case CollKind::kAllGather: all_gather(); break;
       case CollKind::kBroadcast: broadcast(); break;
       case CollKind::kReduce: reduce(); break;
+      case CollKind::kAllToAll: all_to_all(); break;
       case CollKind::kBarrier:
         // after this barrier every rank of the group has reached it (no payload: not counted)
         MPI_Barrier(comm(*op.group));
@@ -156,6 +158,18 @@ class RingBackend final : public MpiBackendBase {
         char* dst = root ? at(buf, t * piece) : acc + t * piece * es_;
         sum_to(dst, acc + t * piece * es_, at(buf, t * piece), len(t), op_->dtype);
       }
+    }
+  }
+
+  // The pairwise schedule (alltoall_send_peer): own block copied, then at step s block i+s
+  // goes to position i+s while block i-s arrives from position i-s.
+  void all_to_all() {
+    const int n = op_->group->size(), i = op_->group->index;
+    const size_t m = op_->count / size_t(n);
+    std::memcpy(at(op_->recv, size_t(i) * m), at(op_->send, size_t(i) * m), m * es_);
+    for (int s = 1; s < n; ++s) {
+      const int dst = alltoall_send_peer(n, i, s), src = alltoall_recv_peer(n, i, s);
+      xfer(at(op_->send, size_t(dst) * m), m, dst, at(op_->recv, size_t(src) * m), m, src);
     }
   }
 

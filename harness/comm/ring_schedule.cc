@@ -15,6 +15,7 @@ const char* coll_name(CollKind k) {
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kBarrier: return "barrier";
     case CollKind::kReduce: return "reduce";
+    case CollKind::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -39,7 +40,8 @@ int RingSchedule::steps() const {
     case CollKind::kAllReduce: return 2 * (n_ - 1);
     case CollKind::kBroadcast:
     case CollKind::kReduce:
-    case CollKind::kBarrier: return 0;
+    case CollKind::kBarrier:
+    case CollKind::kAllToAll: return 0;  // pairwise, not a ring (alltoall_send_peer)
   }
   return 0;
 }
@@ -67,6 +69,7 @@ uint64_t RingSchedule::sent_elements() const {
     case CollKind::kBroadcast: return broadcast_sends() ? c : 0;
     case CollKind::kReduce: return reduce_sends() ? c : 0;
     case CollKind::kBarrier: return 0;
+    case CollKind::kAllToAll: return c - c / uint64_t(n_);  // every block but its own
   }
   return 0;
 }

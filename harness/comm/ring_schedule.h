@@ -12,9 +12,11 @@
 
 namespace sb {
 
-// kReduce last: the kinds' integer values index arrays that were laid out before it.
-enum class CollKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kReduce };
-constexpr int kNumCollKinds = 6;
+// kReduce and kAllToAll last: the kinds' integer values index arrays that were laid out before them.
+enum class CollKind {
+  kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kReduce, kAllToAll
+};
+constexpr int kNumCollKinds = 7;
 const char* coll_name(CollKind k);
 
 // Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len); the
@@ -25,6 +27,14 @@ Chunk ring_chunk(size_t count, int n, int c);
 // The broadcast and reduce chains move pieces of this many bytes (piece k moves on while k+1
 // arrives).
 constexpr size_t kBroadcastPieceBytes = size_t(1) << 19;
+
+// All-to-all is no ring: position i sends block j of its buffer (count / n elements) to
+// position j and receives block j of its output from position j. The pairwise schedule: at
+// step s = 1..n-1 it sends to i+s and receives from i-s (mod n), so every step is a matched
+// pair and no position waits on two peers. Each position sends (n-1)/n of its buffer, each
+// block to its own peer, so the hop class is per peer (ledger.cc, link_counter.cc).
+inline int alltoall_send_peer(int n, int i, int s) { return (i + s) % n; }
+inline int alltoall_recv_peer(int n, int i, int s) { return ((i - s) % n + n) % n; }
 
 class RingSchedule {
  public:

@@ -6,6 +6,7 @@
 #include "harness/common/check.h"
 #include "harness/model/checkpointing.h"
 #include "harness/model/llama.h"
+#include "harness/model/model_glue.h"
 #include "harness/model/saved.h"
 
 namespace sb {
@@ -16,37 +17,15 @@ GptConfig validated(const GptConfig& c) {
   return c;
 }
 
-// A leaf module's tensors as the hooks hand them out (weight first, bias second, in
-// make_layout's order), valid only inside run_module's body.
-class Module {
- public:
-  Module(ModelHooks& hooks, const std::vector<int>& tensors) : hooks_(hooks), tensors_(tensors) {}
-  const float* param(int i) { return hooks_.param(tensors_[i]); }
-  float* grad(int i) { return hooks_.grad(tensors_[i]); }
-
- private:
-  ModelHooks& hooks_;
-  const std::vector<int>& tensors_;
-};
-
-// pre hook, body, post hook. Plain calls rather than an RAII guard: post hooks may throw
-// (OutOfMemory from a strategy's buffers) and must reach the caller, not std::terminate.
-template <class Body>
-void run_module(ModelHooks& hooks, const ModelLayout& layout, int m, bool backward, Body&& body) {
-  backward ? hooks.pre_backward(m) : hooks.pre_forward(m);
-  Module mod(hooks, layout.modules[m].tensors);
-  body(mod);
-  backward ? hooks.post_backward(m) : hooks.post_forward(m);
-}
-
 }  // namespace
 
 // Forward activations kept for backward: llm.c's ActivationTensors less `preatt` (both devices
-// softmax the scores in place) and `losses` (the loss is reduced on the device).
+// softmax the scores in place) and `losses` (the loss is reduced on the device); the tokens,
+// logits and probabilities are the ends' (model_glue.h's DecoderEnds).
 // Backward scratch is one layer deep, not llm.c's full per-layer copy: each layer's activation
 // gradients are dead once the layer below has consumed them, so d* buffers are reused.
 struct GptModel::Acts {
-  TrackedBuffer<int> tokens, targets;
+  DecoderEnds ends;
   TrackedBuffer<float> encoded;                            // [B,T,C]
   // Saved: bf16 under bf16-mixed (matmul inputs' copies and outputs); TrackedBuffer: fp32
   // always (the residual stream, LayerNorm statistics, softmax probabilities or lse, loss).
@@ -56,12 +35,10 @@ struct GptModel::Acts {
   TrackedBuffer<float> residual2, residual3;               // [L,B,T,C]
   TrackedBuffer<float> ln2_mean, ln2_rstd;                 // [L,B,T] x2
   TrackedBuffer<float> lnf, lnf_mean, lnf_rstd;            // [B,T,C], [B,T] x2
-  TrackedBuffer<float> logits, probs;                      // [B,T,V]; logits become dlogits
   TrackedBuffer<float> dresidual, dbtc;                    // [B,T,C]
   TrackedBuffer<float> dqkv;                               // [B,T,3C]
   TrackedBuffer<float> datt;                               // [B,NH,T,T] or fused [B,NH,T]
   TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
-  bool have_forward = false;
   // Layer l's slot in the per-layer buffers (activation checkpointing: every checkpointed block
   // shares one slot; the residual stream's block outputs, residual3, stay per layer).
   std::vector<int> slot_of;
@@ -109,23 +86,21 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
     return;
   }
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
-               NH = config_.n_head, V = config_.vocab, BT = B * T;
+               BT = B * T;
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
   Acts& a = *acts_;
   const LayerSlots slots(config_);  // one per kept layer, one shared by the checkpointed ones
   const size_t S = slots.count;
   a.slot_of = slots.of;
   auto saved = [&](size_t n) { return SavedPerLayer(memory_, slots, n, bf16_activations); };
-  a.tokens = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
-  a.targets = TrackedBuffer<int>(memory_, MemCategory::kActivations, BT);
+  a.ends = DecoderEnds(layout_, device_, memory_, batch);
   a.encoded = f(BT * C);
   a.ln1 = saved(BT * C);
   a.ln1_mean = f(S * BT);
   a.ln1_rstd = f(S * BT);
   a.qkv = saved(BT * 3 * C);
   a.atty = saved(BT * C);
-  // Fused attention keeps one log-sum-exp per query row instead of the T×T probabilities.
-  a.att_per_layer = config_.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
+  a.att_per_layer = attention_saved_floats(config_, B);
   a.att = f(S * a.att_per_layer);
   a.attproj = saved(BT * C);
   a.residual2 = f(S * BT * C);
@@ -139,8 +114,6 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   a.lnf = f(BT * C);
   a.lnf_mean = f(BT);
   a.lnf_rstd = f(BT);
-  a.logits = f(BT * V);
-  a.probs = f(BT * V);
   // Activation gradients (kActivations, as the tracker defines it): live only during backward.
   a.dresidual = f(BT * C);
   a.dbtc = f(BT * C);
@@ -154,30 +127,19 @@ GptModel::~GptModel() = default;
 
 float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks) {
   if (llama_) return llama_->forward(tokens, targets, hooks);
-  SB_CHECK(tokens != nullptr && targets != nullptr, "forward needs tokens and targets");
   Acts& a = *acts_;
   Device& d = device_;
   const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
-            V = config_.vocab, BT = B * T;
-  d.copy_to_device(a.tokens.data(), tokens, a.tokens.bytes());
-  d.copy_to_device(a.targets.data(), targets, a.targets.bytes());
-
+            BT = B * T;
   // Module indices follow make_layout: 0 embedding, 1+6l.. block l, 1+6L ln_f, 2+6L lm_head.
-  run_module(hooks, layout_, 0, false, [&](Module& m) {
-    d.embedding_forward(a.encoded.data(), a.tokens.data(), m.param(0), m.param(1), B, T, C);
-  });
+  a.ends.embed(hooks, tokens, targets, a.encoded.data());
   for (int l = 0; l < L; ++l) block_forward(l, hooks);
   const float* last = a.layer(L - 1, BT, C).residual3;
   run_module(hooks, layout_, 1 + 6 * L, false, [&](Module& m) {
     d.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), last, m.param(0),
                         m.param(1), BT, C);
   });
-  run_module(hooks, layout_, 2 + 6 * L, false, [&](Module& m) {
-    d.linear_forward(a.logits.data(), a.lnf.data(), m.param(0), nullptr, BT, C, V);
-  });
-  a.have_forward = true;
-  return d.softmax_crossentropy_forward(a.probs.data(), a.logits.data(), a.targets.data(), BT,
-                                        V);
+  return a.ends.head_forward(hooks, a.lnf.data());
 }
 
 // Block l's forward from its input (the residual stream at l). Run once per forward, and again
@@ -185,7 +147,7 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
 void GptModel::block_forward(int l, ModelHooks& hooks) {
   Acts& a = *acts_;
   Device& d = device_;
-  const int B = batch_, T = config_.seq_len, C = config_.n_embd, NH = config_.n_head, BT = B * T;
+  const int B = batch_, T = config_.seq_len, C = config_.n_embd, BT = B * T;
   const size_t btc = size_t(BT) * C;
   const int m0 = 1 + 6 * l;
   Acts::Layer y = a.layer(l, BT, C);
@@ -198,17 +160,13 @@ void GptModel::block_forward(int l, ModelHooks& hooks) {
     d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
   });
   a.qkv.store(d, l);
-  if (config_.attention == AttentionKind::kFused)
-    d.flash_attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
-  else
-    d.attention_forward(y.atty, y.att, y.qkv, B, T, C, NH);
+  run_attention_forward(d, config_, y.atty, y.att, y.qkv, B);
   a.atty.store(d, l);
   run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
     d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
   });
   a.attproj.store(d, l);
-  d.copy(y.residual2, y.residual, btc * sizeof(float));
-  d.add_inplace(y.residual2, y.attproj, btc);
+  residual_add(d, y.residual2, y.residual, y.attproj, btc);
   run_module(hooks, layout_, m0 + 3, false, [&](Module& m) {
     d.layernorm_forward(y.ln2, y.ln2_mean, y.ln2_rstd, y.residual2, m.param(0), m.param(1),
                         BT, C);
@@ -224,28 +182,19 @@ void GptModel::block_forward(int l, ModelHooks& hooks) {
     d.linear_forward(y.fcproj, y.fch_gelu, m.param(0), m.param(1), BT, 4 * C, C);
   });
   a.fcproj.store(d, l);
-  d.copy(y.residual3, y.residual2, btc * sizeof(float));
-  d.add_inplace(y.residual3, y.fcproj, btc);
+  residual_add(d, y.residual3, y.residual2, y.fcproj, btc);
 }
 
 void GptModel::backward(ModelHooks& hooks) {
   if (llama_) return llama_->backward(hooks);
   Acts& a = *acts_;
-  SB_CHECK(a.have_forward, "backward without a forward since the last backward");
-  a.have_forward = false;  // dlogits overwrite the logits
   Device& d = device_;
-  const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
-            NH = config_.n_head, V = config_.vocab, BT = B * T;
+  const int B = batch_, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer, BT = B * T;
   const size_t btc = size_t(BT) * C;
   float* dres = a.dresidual.data();  // d loss / d residual stream, accumulated down the layers
   float* dln = a.dbtc.data();        // d of a LayerNorm output (or of atty), consumed at once
 
-  // loss = mean over BT tokens, so d loss / d logits = (probs - onehot) / BT.
-  float* dlogits = a.logits.data();
-  d.crossentropy_backward(dlogits, a.probs.data(), a.targets.data(), BT, V, 1.0f / float(BT));
-  run_module(hooks, layout_, 2 + 6 * L, true, [&](Module& m) {
-    d.linear_backward(dln, m.grad(0), nullptr, dlogits, a.lnf.data(), m.param(0), BT, C, V);
-  });
+  a.ends.head_backward(hooks, a.lnf.data(), dln);
   d.fill_zero(dres, btc * sizeof(float));
   run_module(hooks, layout_, 1 + 6 * L, true, [&](Module& m) {
     d.layernorm_backward(dres, m.grad(0), m.grad(1), dln, a.layer(L - 1, BT, C).residual3,
@@ -254,10 +203,7 @@ void GptModel::backward(ModelHooks& hooks) {
   for (int l = L - 1; l >= 0; --l) {
     const int m0 = 1 + 6 * l;
     Acts::Layer y = a.layer(l, BT, C);
-    if (is_checkpointed(config_, l)) {  // rebuild the block's activations from its input
-      RecomputeHooks recompute(hooks);
-      block_forward(l, recompute);
-    }
+    recompute_if_checkpointed(config_, l, hooks, [&](ModelHooks& redo) { block_forward(l, redo); });
     a.load_layer(d, l);
     // residual3 = residual2 + fcproj: dres is the gradient of both terms.
     run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {
@@ -277,11 +223,8 @@ void GptModel::backward(ModelHooks& hooks) {
     run_module(hooks, layout_, m0 + 2, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), dres, y.atty, m.param(0), BT, C, C);
     });
-    if (config_.attention == AttentionKind::kFused)
-      d.flash_attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.atty, y.att, B, T,
-                                 C, NH);
-    else
-      d.attention_backward(a.dqkv.data(), a.datt.data(), dln, y.qkv, y.att, B, T, C, NH);
+    run_attention_backward(d, config_, a.dqkv.data(), a.datt.data(), dln, y.qkv, y.atty, y.att,
+                           B);
     run_module(hooks, layout_, m0 + 1, true, [&](Module& m) {
       d.linear_backward(dln, m.grad(0), m.grad(1), a.dqkv.data(), y.ln1, m.param(0), BT, C,
                         3 * C);
@@ -291,9 +234,7 @@ void GptModel::backward(ModelHooks& hooks) {
                            y.ln1_rstd, BT, C);
     });
   }
-  run_module(hooks, layout_, 0, true, [&](Module& m) {
-    d.embedding_backward(m.grad(0), m.grad(1), dres, a.tokens.data(), B, T, C);
-  });
+  a.ends.embedding_backward(hooks, dres);
 }
 
 double flops_per_step(const GptConfig& c, uint64_t tokens) {

@@ -3,6 +3,7 @@
 #include "harness/model/layout.h"
 
 #include "harness/common/hash.h"
+#include "harness/model/layout_builder.h"
 #include "harness/model/llama_layout.h"
 
 #include <algorithm>
@@ -44,51 +45,41 @@ std::vector<int> ModelLayout::uses_per_pass() const {
 
 ModelLayout make_layout(const GptConfig& c) {
   if (c.arch == ArchKind::kLlama) return make_llama_layout(c);
-  ModelLayout l;
-  l.config = c;
+  LayoutBuilder layout(c);
   const int C = c.n_embd, V = c.vocab, T = c.positions(), L = c.n_layer;
-  l.num_segments = L + 2;
-  auto tensor = [&](std::string name, std::vector<int> shape, int seg, bool decay, InitKind init) {
-    uint64_t n = 1;
-    for (int d : shape) n *= uint64_t(d);
-    l.tensors.push_back({std::move(name), n, std::move(shape), seg, decay, init});
-    return int(l.tensors.size()) - 1;
-  };
-  auto module = [&](std::string name, ModuleKind k, int seg, std::vector<int> ts) {
-    l.modules.push_back({std::move(name), k, seg, std::move(ts)});
-  };
-  int wte = tensor("wte.weight", {V, C}, 0, true, InitKind::kNormal);
-  int wpe = tensor("wpe.weight", {T, C}, 0, true, InitKind::kNormal);
-  module("embedding", ModuleKind::kEmbedding, 0, {wte, wpe});
+  int wte = layout.tensor("wte.weight", {V, C}, 0, true, InitKind::kNormal);
+  int wpe = layout.tensor("wpe.weight", {T, C}, 0, true, InitKind::kNormal);
+  layout.module("embedding", ModuleKind::kEmbedding, 0, {wte, wpe});
   for (int b = 0; b < L; ++b) {
     const int s = b + 1;
     const std::string p = "h." + std::to_string(b) + ".";
-    int ln1w = tensor(p + "ln_1.weight", {C}, s, false, InitKind::kOnes);
-    int ln1b = tensor(p + "ln_1.bias", {C}, s, false, InitKind::kZeros);
-    int qkvw = tensor(p + "attn.qkv.weight", {3 * C, C}, s, true, InitKind::kNormal);
-    int qkvb = tensor(p + "attn.qkv.bias", {3 * C}, s, false, InitKind::kZeros);
-    int prw = tensor(p + "attn.proj.weight", {C, C}, s, true, InitKind::kNormalResidual);
-    int prb = tensor(p + "attn.proj.bias", {C}, s, false, InitKind::kZeros);
-    int ln2w = tensor(p + "ln_2.weight", {C}, s, false, InitKind::kOnes);
-    int ln2b = tensor(p + "ln_2.bias", {C}, s, false, InitKind::kZeros);
-    int fcw = tensor(p + "mlp.fc.weight", {4 * C, C}, s, true, InitKind::kNormal);
-    int fcb = tensor(p + "mlp.fc.bias", {4 * C}, s, false, InitKind::kZeros);
-    int fpw = tensor(p + "mlp.proj.weight", {C, 4 * C}, s, true, InitKind::kNormalResidual);
-    int fpb = tensor(p + "mlp.proj.bias", {C}, s, false, InitKind::kZeros);
-    module(p + "ln_1", ModuleKind::kLayerNorm, s, {ln1w, ln1b});
-    module(p + "attn.qkv", ModuleKind::kLinear, s, {qkvw, qkvb});
-    module(p + "attn.proj", ModuleKind::kLinear, s, {prw, prb});
-    module(p + "ln_2", ModuleKind::kLayerNorm, s, {ln2w, ln2b});
-    module(p + "mlp.fc", ModuleKind::kLinear, s, {fcw, fcb});
-    module(p + "mlp.proj", ModuleKind::kLinear, s, {fpw, fpb});
+    int ln1w = layout.tensor(p + "ln_1.weight", {C}, s, false, InitKind::kOnes);
+    int ln1b = layout.tensor(p + "ln_1.bias", {C}, s, false, InitKind::kZeros);
+    int qkvw = layout.tensor(p + "attn.qkv.weight", {3 * C, C}, s, true, InitKind::kNormal);
+    int qkvb = layout.tensor(p + "attn.qkv.bias", {3 * C}, s, false, InitKind::kZeros);
+    int prw = layout.tensor(p + "attn.proj.weight", {C, C}, s, true, InitKind::kNormalResidual);
+    int prb = layout.tensor(p + "attn.proj.bias", {C}, s, false, InitKind::kZeros);
+    int ln2w = layout.tensor(p + "ln_2.weight", {C}, s, false, InitKind::kOnes);
+    int ln2b = layout.tensor(p + "ln_2.bias", {C}, s, false, InitKind::kZeros);
+    int fcw = layout.tensor(p + "mlp.fc.weight", {4 * C, C}, s, true, InitKind::kNormal);
+    int fcb = layout.tensor(p + "mlp.fc.bias", {4 * C}, s, false, InitKind::kZeros);
+    int fpw = layout.tensor(p + "mlp.proj.weight", {C, 4 * C}, s, true, InitKind::kNormalResidual);
+    int fpb = layout.tensor(p + "mlp.proj.bias", {C}, s, false, InitKind::kZeros);
+    layout.module(p + "ln_1", ModuleKind::kLayerNorm, s, {ln1w, ln1b});
+    layout.module(p + "attn.qkv", ModuleKind::kLinear, s, {qkvw, qkvb});
+    layout.module(p + "attn.proj", ModuleKind::kLinear, s, {prw, prb});
+    layout.module(p + "ln_2", ModuleKind::kLayerNorm, s, {ln2w, ln2b});
+    layout.module(p + "mlp.fc", ModuleKind::kLinear, s, {fcw, fcb});
+    layout.module(p + "mlp.proj", ModuleKind::kLinear, s, {fpw, fpb});
   }
   const int h = L + 1;
-  int lnfw = tensor("ln_f.weight", {C}, h, false, InitKind::kOnes);
-  int lnfb = tensor("ln_f.bias", {C}, h, false, InitKind::kZeros);
-  module("ln_f", ModuleKind::kLayerNorm, h, {lnfw, lnfb});
-  int head = c.tied_head ? wte : tensor("lm_head.weight", {V, C}, h, true, InitKind::kNormal);
-  module("lm_head", ModuleKind::kLmHead, h, {head});
-  return l;
+  int lnfw = layout.tensor("ln_f.weight", {C}, h, false, InitKind::kOnes);
+  int lnfb = layout.tensor("ln_f.bias", {C}, h, false, InitKind::kZeros);
+  layout.module("ln_f", ModuleKind::kLayerNorm, h, {lnfw, lnfb});
+  int head =
+      c.tied_head ? wte : layout.tensor("lm_head.weight", {V, C}, h, true, InitKind::kNormal);
+  layout.module("lm_head", ModuleKind::kLmHead, h, {head});
+  return layout.take();
 }
 
 void init_tensor_range(const ModelLayout& layout, int t, uint64_t begin, uint64_t count,

@@ -27,11 +27,17 @@ class LlamaModel {
 
  private:
   struct Acts;
+  // A block's sizes as the kernels take them: B batch, T tokens, C width, H query heads, KV
+  // K/V heads of hd = C/H, F SwiGLU width.
+  struct BlockDims {
+    int B, T, C, H, KV, hd, F, BT;
+  };
   void forward_block(int l, ModelHooks& hooks);
   void backward_block(int l, ModelHooks& hooks);
   GptConfig config_;
   ModelLayout layout_;
   int batch_;
+  BlockDims dims_{};
   Device& device_;
   std::unique_ptr<Acts> acts_;
 };

@@ -6,6 +6,8 @@
 
 #include <stdexcept>
 
+#include "harness/model/layout_builder.h"
+
 namespace sb {
 namespace {
 
@@ -93,43 +95,37 @@ uint64_t count_llama_params(const GptConfig& c) {
 }
 
 ModelLayout make_llama_layout(const GptConfig& c) {
-  ModelLayout l;
-  l.config = c;
+  LayoutBuilder layout(c);
   const int C = c.n_embd, V = c.vocab, L = c.n_layer, F = c.ffn_hidden;
   const int kv = c.kv_heads() * c.head_dim();
-  l.num_segments = L + 2;
-  auto tensor = [&](std::string name, std::vector<int> shape, int seg, bool decay, InitKind init) {
-    uint64_t n = 1;
-    for (int d : shape) n *= uint64_t(d);
-    l.tensors.push_back({std::move(name), n, std::move(shape), seg, decay, init});
-    return int(l.tensors.size()) - 1;
-  };
-  auto module = [&](std::string name, ModuleKind k, int seg, std::vector<int> ts) {
-    l.modules.push_back({std::move(name), k, seg, std::move(ts)});
-  };
-  module("embedding", ModuleKind::kEmbedding, 0,
-         {tensor("tok_embeddings.weight", {V, C}, 0, true, InitKind::kNormal)});
+  layout.module("embedding", ModuleKind::kEmbedding, 0,
+                {layout.tensor("tok_embeddings.weight", {V, C}, 0, true, InitKind::kNormal)});
   for (int b = 0; b < L; ++b) {
     const int s = b + 1;
     const std::string p = "layers." + std::to_string(b) + ".";
-    module(p + "attention_norm", ModuleKind::kRmsNorm, s,
-           {tensor(p + "attention_norm.weight", {C}, s, false, InitKind::kOnes)});
-    module(p + "attn.qkv", ModuleKind::kLinear, s,
-           {tensor(p + "attn.qkv.weight", {C + 2 * kv, C}, s, true, InitKind::kNormal)});
-    module(p + "attn.proj", ModuleKind::kLinear, s,
-           {tensor(p + "attn.proj.weight", {C, C}, s, true, InitKind::kNormalResidual)});
-    module(p + "ffn_norm", ModuleKind::kRmsNorm, s,
-           {tensor(p + "ffn_norm.weight", {C}, s, false, InitKind::kOnes)});
-    module(p + "mlp.gate_up", ModuleKind::kLinear, s,
-           {tensor(p + "mlp.gate_up.weight", {2 * F, C}, s, true, InitKind::kNormal)});
-    module(p + "mlp.down", ModuleKind::kLinear, s,
-           {tensor(p + "mlp.down.weight", {C, F}, s, true, InitKind::kNormalResidual)});
+    layout.module(p + "attention_norm", ModuleKind::kRmsNorm, s,
+                  {layout.tensor(p + "attention_norm.weight", {C}, s, false, InitKind::kOnes)});
+    layout.module(p + "attn.qkv", ModuleKind::kLinear, s,
+                  {layout.tensor(p + "attn.qkv.weight", {C + 2 * kv, C}, s, true,
+                                 InitKind::kNormal)});
+    layout.module(p + "attn.proj", ModuleKind::kLinear, s,
+                  {layout.tensor(p + "attn.proj.weight", {C, C}, s, true,
+                                 InitKind::kNormalResidual)});
+    layout.module(p + "ffn_norm", ModuleKind::kRmsNorm, s,
+                  {layout.tensor(p + "ffn_norm.weight", {C}, s, false, InitKind::kOnes)});
+    layout.module(p + "mlp.gate_up", ModuleKind::kLinear, s,
+                  {layout.tensor(p + "mlp.gate_up.weight", {2 * F, C}, s, true,
+                                 InitKind::kNormal)});
+    layout.module(p + "mlp.down", ModuleKind::kLinear, s,
+                  {layout.tensor(p + "mlp.down.weight", {C, F}, s, true,
+                                 InitKind::kNormalResidual)});
   }
   const int h = L + 1;
-  module("norm", ModuleKind::kRmsNorm, h, {tensor("norm.weight", {C}, h, false, InitKind::kOnes)});
-  module("lm_head", ModuleKind::kLmHead, h,
-         {tensor("output.weight", {V, C}, h, true, InitKind::kNormal)});
-  return l;
+  layout.module("norm", ModuleKind::kRmsNorm, h,
+                {layout.tensor("norm.weight", {C}, h, false, InitKind::kOnes)});
+  layout.module("lm_head", ModuleKind::kLmHead, h,
+                {layout.tensor("output.weight", {V, C}, h, true, InitKind::kNormal)});
+  return layout.take();
 }
 
 double llama_flops_per_step(const GptConfig& c, uint64_t tokens) {

@@ -2,24 +2,18 @@
 // llama.cc allocates them, and the CUDA device's bf16 operand slots for its matmuls.
 #include <algorithm>
 
-#include "harness/model/checkpointing.h"
+#include "harness/predict/activation_terms.h"
 #include "harness/predict/model_shape.h"
 
 namespace sb {
 
 uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16) {
-  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer,
-                 H = c.n_head, V = c.vocab, F = c.ffn_hidden, BT = B * T,
-                 KVD = uint64_t(c.kv_heads()) * c.head_dim();
-  const uint64_t att = c.attention == AttentionKind::kFused ? B * H * T : B * H * T * T;
-  const uint64_t saved = BT * (6 * C + 3 * F);  // the six tensors bf16-mixed keeps in bf16
-  // Activation checkpointing (as activation_bytes): residual3, the next block's input, stays
-  // per layer; the rest of a layer lives in S = L - n_ckpt (+1 shared recompute slot) slots.
-  const uint64_t n_ckpt = uint64_t(checkpointed_blocks(c)), S = L - n_ckpt + (n_ckpt > 0);
-  const uint64_t floats = L * BT * C + S * (BT * C + 2 * BT + att + (bf16 ? 0 : saved)) +
-                          (bf16 ? saved : 0) + BT * (8 * C + 2 * KVD + 3 * F) + BT +
-                          2 * BT * V + att;
-  return 4 * floats + (bf16 ? 2 * S * saved : 0) + 2 * 4 * BT;
+  const uint64_t C = c.n_embd, F = c.ffn_hidden, KVD = uint64_t(c.kv_heads()) * c.head_dim();
+  // Per token: per layer residual2 and the norms' rstd; saved, the six tensors bf16-mixed keeps
+  // in bf16 (model_shape.h); once embedding output, qkv_raw, work, final norm and its rstd,
+  // dresidual, dqkv 3C, dh 2F, dg F.
+  return activation_bytes_of(c, batch, bf16, {.per_slot = C + 2, .saved = 6 * C + 3 * F,
+                                              .once = 8 * C + 2 * KVD + 3 * F + 1});
 }
 
 const char* llama_activation_formula() {

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
+#include "harness/predict/activation_terms.h"
 
 namespace sb {
 namespace {
@@ -101,21 +101,12 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
 
 uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
   if (c.arch == ArchKind::kLlama) return llama_activation_bytes(c, batch, bf16);
-  const uint64_t B = uint64_t(batch), T = c.seq_len, C = c.n_embd, L = c.n_layer, NH = c.n_head,
-                 V = c.vocab, BT = B * T;
-  // Per layer and once more as backward scratch: the probabilities (naive) or one log-sum-exp
-  // per query row and its backward delta (fused).
-  const uint64_t att = c.attention == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
-  // bf16: 16 of a layer's 18 BTC (all but the residuals) in bf16, plus one layer of them in
-  // fp32 as the work the layer computes in.
-  const uint64_t saved = 16 * BT * C;
-  // Activation checkpointing: every layer keeps its block output (the next block's input,
-  // residual3: BTC); the rest of a layer is kept by the S layers not checkpointed, plus one
-  // layer shared by the checkpointed ones (the forward's transient and backward's recompute).
-  const uint64_t n_ckpt = uint64_t(checkpointed_blocks(c)), S = L - n_ckpt + (n_ckpt > 0);
-  const uint64_t floats = L * BT * C + S * (BT * C + (bf16 ? 0 : saved) + 4 * BT + att) +
-                          (bf16 ? saved : 0) + 15 * BT * C + 2 * BT + 2 * BT * V + att;
-  return 4 * floats + (bf16 ? 2 * S * saved : 0) + 2 * 4 * BT;
+  const uint64_t C = c.n_embd;
+  // Per token: per layer residual2 and ln1/ln2 mean, rstd; saved, 16 of a layer's 18 C (all
+  // but the residuals: activation_formula); once encoded, lnf, dresidual, dbtc, dqkv 3,
+  // dfch_gelu 4, dfch 4 and lnf mean, rstd.
+  return activation_bytes_of(c, batch, bf16, {.per_slot = C + 4, .saved = 16 * C,
+                                              .once = 15 * C + 2});
 }
 
 const char* activation_formula() {

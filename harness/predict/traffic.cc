@@ -102,6 +102,40 @@ void TrafficAccount::add_partition_call(const PredictedCall& c, uint64_t& sent, 
   senders = std::max(1.0, double(inter_ranks) / M_);
 }
 
+// Rank r's group is the progression start + k*stride, k < n (consecutive nodes of G, partitions
+// of P consecutive ranks); its members on r's node are those in [node*G, node*G + G). Each
+// sends a block of count/n to each of the other n-1 (ring_model_sent's all-to-all rule).
+void TrafficAccount::add_all_to_all_call(const PredictedCall& c, uint64_t& sent,
+                                         uint64_t& max_rank, uint64_t& node_inter) {
+  const int64_t n = n_of(c.group);
+  const uint64_t block = c.count / uint64_t(n) * dtype_bytes(c.dtype);
+  uint64_t inter_sum = 0;
+  for (int64_t r = 0; r < N_; ++r) {
+    const int64_t nb = r / G_ * G_, base = r / P_ * P_;
+    int64_t start = 0, stride = 1;
+    switch (c.group) {
+      case GroupKind::kWorld: break;
+      case GroupKind::kIntra: start = nb; break;
+      case GroupKind::kInter: start = r % G_, stride = G_; break;
+      case GroupKind::kPartition: start = base; break;
+      case GroupKind::kReplica: start = r % P_, stride = P_; break;
+      case GroupKind::kPartitionInter: start = n > 1 ? base + r % G_ : r, stride = G_; break;
+    }
+    const auto ceil_div_s = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); };
+    const auto floor_div_s = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    const int64_t k0 = std::max<int64_t>(0, ceil_div_s(nb - start, stride));
+    const int64_t k1 = std::min<int64_t>(n - 1, floor_div_s(nb + G_ - 1 - start, stride));
+    const uint64_t on_node = uint64_t(std::max<int64_t>(0, k1 - k0 + 1));
+    const uint64_t in = (on_node - 1) * block, out = (uint64_t(n) - on_node) * block;
+    intra_[size_t(r)] += in;
+    inter_[size_t(r)] += out;
+    sent += in + out;
+    max_rank = std::max(max_rank, in + out);
+    inter_sum += out;
+  }
+  node_inter = inter_sum / uint64_t(M_);
+}
+
 double TrafficAccount::add(const PredictedCall& c) {
   const uint64_t e = dtype_bytes(c.dtype), payload = c.count * e;
   KindTotals& k = t_.by_kind[int(c.kind)][int(c.group)];
@@ -115,8 +149,13 @@ double TrafficAccount::add(const PredictedCall& c) {
   const uint64_t base = c.count / uint64_t(n), rem = c.count % uint64_t(n);
   const uint64_t twice = c.kind == CollKind::kAllReduce ? 2 : 1;
   uint64_t max_rank = twice * (c.count - base) * e, sent = 0, node_inter = 0;
-  double senders = c.group == GroupKind::kWorld ? 1.0 : double(G_);  // inter senders per node
-  if (topo_ == nullptr && int(c.group) >= int(GroupKind::kPartition)) {
+  // inter senders per node: one in a world ring; every rank in an all-to-all
+  const bool a2a = c.kind == CollKind::kAllToAll;
+  double senders = c.group == GroupKind::kWorld && !a2a ? 1.0 : double(G_);
+  if (topo_ == nullptr && a2a) {
+    max_rank = 0;
+    add_all_to_all_call(c, sent, max_rank, node_inter);
+  } else if (topo_ == nullptr && int(c.group) >= int(GroupKind::kPartition)) {
     max_rank = 0;
     add_partition_call(c, sent, max_rank, node_inter, senders);
   } else if (topo_ != nullptr) {

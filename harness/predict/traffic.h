@@ -58,6 +58,9 @@ class TrafficAccount {
   // Closed-form path, partition groups: every rank's sends by its position and successor, O(N).
   void add_partition_call(const PredictedCall& c, uint64_t& sent, uint64_t& max_rank,
                           uint64_t& node_inter, double& senders);
+  // Closed-form path, all-to-all: every rank's peers on and off its node, O(N).
+  void add_all_to_all_call(const PredictedCall& c, uint64_t& sent, uint64_t& max_rank,
+                           uint64_t& node_inter);
   int N_, G_, M_, P_;
   const Cluster& cluster_;
   const Topology* topo_ = nullptr;

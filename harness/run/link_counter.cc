@@ -95,12 +95,19 @@ uint64_t link_message_overhead_bytes(uint64_t payload, const LinkModel& m) {
 }
 
 // The ring backend's messages: one per step of RingSchedule to the next position (zero-length
-// chunks send nothing); broadcast and reduce in the chain's pieces.
+// chunks send nothing); broadcast and reduce in the chain's pieces; all-to-all one block per peer.
 std::vector<uint64_t> ring_inter_messages(const LedgerEntry& e, const Topology& topo) {
   std::vector<uint64_t> out;
   const Group& g = topo.group(e.group);
   const int n = g.size(), i = g.index;
   if (n <= 1 || e.kind == CollKind::kBarrier) return out;
+  if (e.kind == CollKind::kAllToAll) {  // one message of a block to each peer off the node
+    const uint64_t block = uint64_t(e.count / size_t(n)) * dtype_bytes(e.dtype);
+    for (int s = 1; s < n; ++s)
+      if (block > 0 && !topo.same_node(g.ranks[i], g.ranks[alltoall_send_peer(n, i, s)]))
+        out.push_back(block);
+    return out;
+  }
   const RingSchedule ring(e.kind, e.count, n, i, e.kind == CollKind::kReduce ? e.root_index : 0);
   if (topo.same_node(g.ranks[i], g.ranks[ring.next()])) return out;
   const uint64_t es = dtype_bytes(e.dtype);

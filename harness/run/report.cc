@@ -62,7 +62,8 @@ double busbw_factor(CollKind k, int n) {
   switch (k) {
     case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
     case CollKind::kReduceScatter:
-    case CollKind::kAllGather: return double(n - 1) / n;
+    case CollKind::kAllGather:
+    case CollKind::kAllToAll: return double(n - 1) / n;
     case CollKind::kBroadcast:
     case CollKind::kReduce: return 1.0;
     case CollKind::kBarrier: return 0.0;
@@ -170,6 +171,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
       {"zero_hpz_partition_size", o.zero_hpz_partition_size},
       {"zero_quantized_weights", o.zero_quantized_weights},
+      {"zero_quantized_gradients", o.zero_quantized_gradients},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},

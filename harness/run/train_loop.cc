@@ -176,9 +176,6 @@ Verdict train(const StrategyEntry& entry, const RunConfig& cfg, TrainContext& ct
     model = ctx.workload ? ctx.workload(cfg, device, memory)
                          : std::make_unique<GptWorkload>(cfg, device, memory);
     strategy = entry.make(StrategyContext{layout, ctx.comm, device, memory, cfg.options});
-    if (cfg.options.grad_accum > 1 && !strategy->supports_grad_accum())
-      throw std::runtime_error("--grad-accum " + std::to_string(cfg.options.grad_accum) + ": " +
-                               entry.description.name + " does not accumulate gradients yet");
     strategy->setup();
     ctx.comm.synchronize();
     throw_if_any_rank_over_limit(ctx.ranks, memory);

@@ -134,6 +134,7 @@ CASES = [
     (["run", "--model", "tiny", "--np", "4", "--ranks-per-node", "2",
       "--zero-hpz-partition-size", "4"], "--zero-hpz-partition-size 4"),
     (["run", "--model", "tiny", "--zero-quantized-weights", "yes"], "--zero-quantized-weights"),
+    (["run", "--model", "tiny", "--zero-quantized-gradients", "yes"], "--zero-quantized-gradients"),
     (["run", "--model", "tiny", "--ds-config", f"{DS}/bad_qgz.json"],
      "zero_optimization.zero_quantized_gradients"),
     (["predict", "--model", "tiny", "--world", "4", "--ranks-per-node", "2",

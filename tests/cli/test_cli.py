@@ -238,13 +238,22 @@ class RunTest(unittest.TestCase):
         self.assertEqual(pd["results"][0]["comm"]["per_step"]["payload_bytes"],
                          r["comm"]["per_step"]["payload_bytes"])
     def test_ds_config_zeropp_keys_configure_zero3(self):
-        # zero_hpz_partition_size (the node of 2) and zero_quantized_weights select and configure
-        # zero3 and are recorded in the result's config.
-        _, _, doc = self.run_ds_config("zero3_zeropp.json")
+        # zero_hpz_partition_size (the node of 2), zero_quantized_weights and
+        # zero_quantized_gradients select and configure zero3 and are recorded in the result's
+        # config; on 2 nodes of 2, qgZ's all-to-alls run inside the node and across nodes.
+        cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero3_zeropp.json")
+        out = os.path.join(self.tmp, "ds-zeropp.json")
+        p = sb("run", "--np", "4", "--ranks-per-node", "2", "--model", "tiny", "--ds-config", cfg,
+               "--steps", "1", "--warmup", "0", "--out", out, "--quiet")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = load(out)
         c = doc["config"]
-        self.assertEqual((c["zero_hpz_partition_size"], c["zero_quantized_weights"]), (2, True))
+        self.assertEqual((c["zero_hpz_partition_size"], c["zero_quantized_weights"],
+                          c["zero_quantized_gradients"]), (2, True, True))
         r = doc["results"][0]
         self.assertEqual((r["strategy"], r["status"]), ("zero3", "ok"), r.get("error"))
+        a2a = {k["group"] for k in r["comm"]["by_kind"] if k["kind"] == "all_to_all"}
+        self.assertEqual(a2a, {"intra", "inter"})
 
     def test_strategies_agree_on_the_parameters(self):
         doc = load(self.out)

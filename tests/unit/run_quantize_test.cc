@@ -1,7 +1,9 @@
-// ZeRO++ qwZ's quantiser (strategies/quantize.h) against DeepSpeed's rules, derived by hand:
-// CUDAQuantizer.quantize's block search and Params<Symmetric, 8>'s rounding bound.
+// ZeRO++'s quantiser (strategies/quantize.h) against DeepSpeed's rules, derived by hand:
+// CUDAQuantizer.quantize's block search, Params<Symmetric, 8>'s and <Symmetric, 4>'s rounding
+// bounds, and qgZ's int4 packing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -45,6 +47,39 @@ TEST(QwzRoundTrip, ErrorWithinHalfAStepPerBlock) {
       ASSERT_LE(err, bound + 1e-6 * absmax) << "element " << i;  // + fp32 arithmetic
     }
   }
+}
+
+// qgZ's int4 (Params<Symmetric, 4>): step = absmax/8, codes in -8..7, |error| <= step/2 but one
+// step for +absmax (8 clamped to 7); codes travel two to a byte and come back unchanged,
+// negative ones sign-extended, an odd count's last nibble alone.
+TEST(QgzInt4, RoundTripWithinHalfAStepAndPackedTwoToAByte) {
+  const uint64_t n = 99, blocks = 4, len = quant_block_len(n, blocks);
+  std::vector<float> v(n), scales(blocks);
+  for (uint64_t i = 0; i < n; ++i) v[i] = float(std::sin(0.7 * double(i)) * (1 + i % 5));
+  std::vector<int8_t> codes(n), back(n);
+  quantize_symmetric(v.data(), n, blocks, 4, codes.data(), scales.data());
+  std::vector<uint8_t> packed((n + 1) / 2);
+  pack_int4(codes.data(), n, packed.data());
+  unpack_int4(packed.data(), n, back.data());
+  EXPECT_EQ(back, codes);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    float absmax = 0;
+    for (uint64_t i = b * len; i < std::min(n, (b + 1) * len); ++i)
+      absmax = std::max(absmax, std::fabs(v[i]));
+    EXPECT_FLOAT_EQ(scales[b], absmax / 8);
+    for (uint64_t i = b * len; i < std::min(n, (b + 1) * len); ++i) {
+      EXPECT_GE(codes[i], -8);
+      EXPECT_LE(codes[i], 7);
+      const float err = std::fabs(float(codes[i]) * scales[b] - v[i]);
+      EXPECT_LE(err, v[i] == absmax ? scales[b] * 1.0001f : scales[b] * 0.5001f) << i;
+    }
+  }
+  const int8_t all[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+  uint8_t two[8];
+  int8_t again[16];
+  pack_int4(all, 16, two);
+  unpack_int4(two, 16, again);
+  EXPECT_EQ(std::vector<int8_t>(again, again + 16), std::vector<int8_t>(all, all + 16));
 }
 
 }  // namespace

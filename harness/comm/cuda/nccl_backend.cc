@@ -143,6 +143,22 @@ class NcclBackend final : public CommBackend {
         SB_NCCL_CHECK(
             ncclReduce(op.send, op.recv, op.count, t, ncclSum, op.root_index, comm, comm_));
         break;
+      case CollKind::kAllToAll: {
+        SB_CHECK(op.count % size_t(n) == 0,
+                 "all-to-all of " << op.count << " elements over " << n << " ranks");
+        // NCCL has no all-to-all: one grouped send and receive per peer is one collective
+        // (nccl-tests alltoall.cu does the same). After it block j of recv is rank j's block.
+        const size_t m = op.count / size_t(n), bytes = m * dtype_bytes(op.dtype);
+        const auto* send = static_cast<const char*>(op.send);
+        auto* recv = static_cast<char*>(op.recv);
+        SB_NCCL_CHECK(ncclGroupStart());
+        for (int peer = 0; peer < n; ++peer) {
+          SB_NCCL_CHECK(ncclSend(send + size_t(peer) * bytes, m, t, peer, comm, comm_));
+          SB_NCCL_CHECK(ncclRecv(recv + size_t(peer) * bytes, m, t, peer, comm, comm_));
+        }
+        SB_NCCL_CHECK(ncclGroupEnd());
+        break;
+      }
       case CollKind::kBarrier:
         // NCCL has no barrier: a one-element all-reduce completes only once every rank of
         // the group has reached it.
