@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's "every strategy on small at 2 x 2" table: every registered strategy at its
 # defaults, then the knob rows (FSDP2 reshard to the node, MiCS partitions, ZeRO-3 as the paper
-# schedules it with ZeRO++'s hpZ/qwZ, activation checkpointing), one results file each under
+# schedules it with ZeRO++'s hpZ/qwZ/qgZ, activation checkpointing), one results file each under
 # OUTDIR (default /tmp/sb_tables), printed as one markdown table by plots/strategy_table.py.
 # Extra arguments go to every run (e.g. --steps 5).
 set -euo pipefail
@@ -31,5 +31,9 @@ run z3qwz "\`--zero-schedule paper --zero-quantized-weights on\`" --strategies z
   --zero-schedule paper --zero-quantized-weights on
 run z3pp "\`--zero-schedule paper\` + hpZ + qwZ" --strategies zero3 --zero-schedule paper \
   --zero-hpz-partition-size 2 --zero-quantized-weights on
+run z3qgz "\`--zero-schedule paper --zero-quantized-gradients on\`" --strategies zero3 \
+  --zero-schedule paper --zero-quantized-gradients on
+run z3ppall "\`--zero-schedule paper\` + hpZ + qwZ + qgZ" --strategies zero3 --zero-schedule paper \
+  --zero-hpz-partition-size 2 --zero-quantized-weights on --zero-quantized-gradients on
 run ac "\`--activation-checkpointing block\`" --strategies all --activation-checkpointing block
 /usr/bin/python3 plots/strategy_table.py "${rows[@]}"

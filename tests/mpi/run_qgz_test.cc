@@ -13,6 +13,7 @@
 #include "strategies/qgz.h"
 #include "strategies/quantize.h"
 #include "tests/closed_forms.h"
+#include "tests/mpi/quantized_parity.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -186,24 +187,13 @@ TEST(QgzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
   const std::vector<float> init = initial_params(cfg);
   const ModelLayout l = make_layout(cfg.model);
   ASSERT_EQ(r.params.size(), ref.params.size());
-  size_t at = 0;
   double worst[2] = {0, 0};  // distance / reference update: matrices, LayerNorm and embeddings
-  for (const ParamTensor& t : l.tensors) {
-    double d = 0, n = 0;
-    const bool qkv_bias = t.name.find("attn.qkv.bias") != std::string::npos;
-    for (size_t i = at; i < at + t.numel; ++i) {
-      if (qkv_bias && i >= at + t.numel / 3 && i < at + 2 * t.numel / 3) continue;
-      const double du = double(r.params[i]) - init[i], dr = double(ref.params[i]) - init[i];
-      d += (du - dr) * (du - dr);
-      n += dr * dr;
-    }
-    const bool loose = t.name.find("ln_") != std::string::npos ||
-                       t.name.find("wte") != std::string::npos ||
-                       t.name.find("wpe") != std::string::npos;
-    const double allowed = 0.5 * std::sqrt(n);
-    worst[loose] = std::max(worst[loose], std::sqrt(d / n));
-    EXPECT_LE(std::sqrt(d), allowed) << t.name << ": reference update " << std::sqrt(n);
-    at += t.numel;
+  for (const UpdateDistance& u : update_distances(l, r.params, ref.params, init)) {
+    const bool other = u.name.find("ln_") != std::string::npos ||
+                       u.name.find("wte") != std::string::npos ||
+                       u.name.find("wpe") != std::string::npos;
+    worst[other] = std::max(worst[other], u.distance / u.reference);
+    EXPECT_LE(u.distance, 0.5 * u.reference) << u.name;
   }
   if (run_env().topo.rank() == 0)
     std::printf("[ qgZ 5 steps ] worst update distance / reference update: %.3f (LayerNorm, "
@@ -231,9 +221,7 @@ TEST(QgzParity, FiftyStepLossTrajectoryWithinTwoPercent) {
   ASSERT_EQ(r.status, "ok") << r.error;
   const Reference& ref = reference(50);
   ASSERT_EQ(r.loss.size(), ref.loss.size());
-  double worst = 0;
-  for (size_t s = 0; s < ref.loss.size(); ++s)
-    worst = std::max(worst, std::fabs(r.loss[s] - ref.loss[s]) / ref.loss[s]);
+  const double worst = worst_relative_loss_difference(r.loss, ref.loss);
   EXPECT_LT(worst, 0.02) << "largest relative loss difference over 50 steps";
   EXPECT_LT(r.loss.back(), 0.9 * r.loss.front()) << "qgZ training should learn";
   if (run_env().topo.rank() == 0)

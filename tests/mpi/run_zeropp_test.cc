@@ -10,6 +10,7 @@
 #include <map>
 
 #include "tests/closed_forms.h"
+#include "tests/mpi/quantized_parity.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -178,7 +179,7 @@ TEST(HpzParity, Fp32MatchesOneRankReference) {
 // 5 steps: each tensor's update Δ may differ from the reference's by 0.25 ‖Δ_ref‖ (bf16's 0.15
 // for errors of a few 2^-8 per operation, scaled) and LayerNorm tensors, every weight off by a
 // systematic 2^-7 and whose gradients weigh every token, by 0.5 ‖Δ_ref‖. The key third of qkv's
-// bias is left out (exact gradient zero, moved on residue; see run_parity_test.cc). A tensor
+// bias is left out (quantized_parity.h update_distances). A tensor
 // never updated is off by ‖Δ_ref‖ itself, which the test asserts exceeds the allowance (by
 // `margin`); and the
 // run must differ from the reference at all (qwZ really on). Returns the worst distance /
@@ -189,28 +190,17 @@ std::pair<double, double> check_qwz_updates(const RunConfig& cfg, const std::str
   const StrategyRun r = run("zero3", cfg);
   EXPECT_EQ(r.status, "ok") << r.error;
   const Reference& ref = reference(5);
-  const std::vector<float> init = initial_params(cfg);
-  const ModelLayout l = make_layout(cfg.model);
   EXPECT_EQ(r.params.size(), ref.params.size());
   if (r.params.size() != ref.params.size()) return {0, 0};
-  size_t at = 0;
   double worst[2] = {0, 0};  // distance / reference update: other tensors, LayerNorm
-  for (const ParamTensor& t : l.tensors) {
-    double d = 0, n = 0;
-    const bool qkv_bias = t.name.find("attn.qkv.bias") != std::string::npos;
-    for (size_t i = at; i < at + t.numel; ++i) {
-      if (qkv_bias && i >= at + t.numel / 3 && i < at + 2 * t.numel / 3) continue;
-      const double du = double(r.params[i]) - init[i], dr = double(ref.params[i]) - init[i];
-      d += (du - dr) * (du - dr);
-      n += dr * dr;
-    }
-    const bool ln = t.name.find("ln_") != std::string::npos;
-    const double allowed = (ln ? allowed_ln : allowed_other) * std::sqrt(n);
-    worst[ln] = std::max(worst[ln], std::sqrt(d / n));
-    EXPECT_LE(std::sqrt(d), allowed) << t.name << " " << label << ": reference update "
-                                     << std::sqrt(n);
-    EXPECT_GT(std::sqrt(n), margin * allowed) << t.name;
-    at += t.numel;
+  for (const UpdateDistance& u :
+       update_distances(make_layout(cfg.model), r.params, ref.params, initial_params(cfg))) {
+    const bool ln = u.name.find("ln_") != std::string::npos;
+    const double allowed = (ln ? allowed_ln : allowed_other) * u.reference;
+    worst[ln] = std::max(worst[ln], u.distance / u.reference);
+    EXPECT_LE(u.distance, allowed) << u.name << " " << label << ": reference update "
+                                   << u.reference;
+    EXPECT_GT(u.reference, margin * allowed) << u.name;
   }
   if (run_env().topo.rank() == 0)
     std::printf("[ %s 5 steps ] worst update distance / reference update: %.3f (LayerNorm "
