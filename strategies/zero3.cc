@@ -13,7 +13,8 @@
 // after); the trace is reset at every forward (parameter_offload.py _start_of_forward_hook).
 // ZeRO++ (Wang et al. 2023; DeepSpeed zero_hpz_partition_size, zero_quantized_weights): hpZ keeps
 // a node-local secondary partition of each tensor when it is released, and gathers from it inside
-// the node until the optimizer step invalidates it; qwZ moves int8 codes + fp32 block scales;
+// the node until the optimizer step invalidates it; qwZ moves int8 codes + fp32 block scales
+// (a batch quantised as one tensor: its codes in one all-gather, its scales in another);
 // qgZ (zero_quantized_gradients, strategies/qgz.h) reduces each bucket tensor by tensor, a 2-D
 // one as int4 over an all-to-all inside the node and then across nodes.
 #include <algorithm>
@@ -154,6 +155,19 @@ class Zero3 final : public Strategy {
   }
 
  private:
+  struct Quantized {
+    TypedBuffer codes, scales;  // every rank's int8 codes and fp32 block scales, in group order
+    uint64_t blocks = 1;        // per rank
+    CommHandle scale_gather;
+  };
+  struct FetchBatch {
+    std::vector<int> tensors;  // sorted
+    GroupKind over = GroupKind::kWorld;
+    uint64_t block = 0;  // elements of each rank's block: the tensors' partitions back to back
+    TypedBuffer flat;
+    CommHandle handle;
+    Quantized quant;  // qwZ: the block's codes and scales
+  };
   struct Reduction {
     std::vector<int> tensors;
     TypedBuffer staging, out;
@@ -207,57 +221,82 @@ class Zero3 final : public Strategy {
     return std::min(ctx_.options.prefetch_elements, max_live > live ? max_live - live : 0);
   }
 
-  // One fetch: the tensors not yet whole or on their way. As shipped they go as one batch
-  // (__all_gather_params -> all_gather_coalesced: one all-gather of every partition back to
-  // back; a lone tensor is gathered directly, _all_gather_sequential); the paper, one each.
+  // One fetch: the tensors not yet whole or on their way. The paper gathers each alone. As
+  // shipped, partitioned_param_coordinator.py __all_gather_params_ splits them into those with an
+  // hpZ secondary partition and those without and makes one all_gather_coalesced call of each
+  // (secondary first); partition_parameters.py all_gather_coalesced gathers a lone tensor directly
+  // (_all_gather_sequential) and several as one batch (_all_gather_coalesced).
   void issue_gathers(const std::vector<int>& tensors) {
     std::vector<int> need;
     for (int t : tensors)
       if (!persistent_[t] && full_[t].empty() && !batch_of_[t] &&
           std::find(need.begin(), need.end(), t) == need.end())
         need.push_back(t);
-    // ZeRO++'s gathers (qwZ codes + scales, hpZ over the node) stay one per tensor here;
-    // DeepSpeed coalesces those too (the same bytes in fewer collectives)
-    const bool zeropp = ctx_.options.zero_quantized_weights || ctx_.options.zero_hpz_partition_size > 1;
-    if (need.size() > 1 && ctx_.options.zero3_coalesced_fetch && !zeropp) return issue_batch(need);
-    for (int t : need) {
-      full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
-                             flats_[t].padded);
-      // hpZ (partition_parameters.py all_gather_coalesced): a tensor with a secondary partition
-      // is gathered from it over zero_param_process_group, the node
-      const bool secondary = !secondary_[t].empty();
-      TypedBuffer& in = secondary ? secondary_[t] : shards_[t];
-      const GroupKind over = secondary ? GroupKind::kIntra : GroupKind::kWorld;
-      if (ctx_.options.zero_quantized_weights) {
-        gather_quantized(t, in, over);
-        continue;
-      }
-      // after this all-gather every rank holds tensor t whole
-      gather_[t] = maybe_wait(ctx_.comm.all_gather_async(in.data(), full_[t].data(), in.size(),
-                                                         in.dtype(), over,
-                                                         ctx_.model.tensors[t].name));
+    if (!ctx_.options.zero3_coalesced_fetch) {
+      for (int t : need) gather_one(t);
+      return;
+    }
+    std::vector<int> split[2];  // with a secondary partition, without
+    for (int t : need) split[secondary_[t].empty()].push_back(t);
+    for (const std::vector<int>& group : split) {
+      if (group.size() == 1) gather_one(group[0]);
+      if (group.size() > 1) issue_batch(group);
     }
   }
 
-  // _all_gather_dtype: this rank's partitions concatenated into its block of one flat buffer,
-  // gathered in place; AllGatherCoalescedHandle.wait then copies each tensor out whole.
-  void issue_batch(const std::vector<int>& need) {
-    const int n = world(), r = group_index(GroupKind::kWorld);
+  // What tensor t is gathered from and over which group: hpZ (all_gather_coalesced: a tensor
+  // with a secondary partition goes over zero_param_process_group, the node) or the world.
+  TypedBuffer& gather_source(int t) { return secondary_[t].empty() ? shards_[t] : secondary_[t]; }
+  GroupKind gather_group(int t) const {
+    return secondary_[t].empty() ? GroupKind::kWorld : GroupKind::kIntra;
+  }
+
+  // _all_gather_sequential: one tensor straight into its whole buffer; with qwZ its own codes
+  // and scales (settle() dequantises).
+  void gather_one(int t) {
+    full_[t] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, shards_[t].dtype(),
+                           flats_[t].padded);
+    TypedBuffer& in = gather_source(t);
+    const GroupKind over = gather_group(t);
+    const std::string& name = ctx_.model.tensors[t].name;
+    if (ctx_.options.zero_quantized_weights) {
+      gather_[t] = gather_quantized(quant_[t], in.data(), in.dtype(), in.size(), over, name);
+      return;
+    }
+    // after this all-gather every rank holds tensor t whole
+    gather_[t] = maybe_wait(
+        ctx_.comm.all_gather_async(in.data(), full_[t].data(), in.size(), in.dtype(), over, name));
+  }
+
+  // _all_gather_coalesced (tensors sorted by ds_id): this rank's partitions (primary, or all
+  // secondary: the split keeps a batch one kind) concatenated into its block of one flat buffer,
+  // gathered in place (_all_gather_dtype; one dtype here); with qwZ the block is quantised as one
+  // tensor and its codes and scales gathered, two collectives. AllGatherCoalescedHandle.wait
+  // (land) dequantises the whole buffer and copies each tensor out.
+  void issue_batch(std::vector<int> need) {
+    std::sort(need.begin(), need.end());
     auto b = std::make_shared<FetchBatch>();
     b->tensors = need;
-    for (int t : need) b->block += flats_[t].shard_size(n);
+    b->over = gather_group(need[0]);
+    const uint64_t S = uint64_t(group_size(b->over)), me = uint64_t(group_index(b->over));
+    for (int t : need) b->block += gather_source(t).size();
     const DType dt = shards_[need[0]].dtype();
-    b->flat = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, dt, b->block * n);
-    uint64_t at = uint64_t(r) * b->block;
+    b->flat = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, dt, b->block * S);
+    uint64_t at = me * b->block;
     for (int t : need) {
-      ctx_.device.copy(b->flat.at(at), shards_[t].data(), shards_[t].bytes());
-      at += shards_[t].size();
+      const TypedBuffer& in = gather_source(t);
+      ctx_.device.copy(b->flat.at(at), in.data(), in.bytes());
+      at += in.size();
       batch_of_[t] = b;
     }
-    // after this all-gather every rank holds every partition of the batch's tensors
-    b->handle = maybe_wait(ctx_.comm.all_gather_async(b->flat.at(uint64_t(r) * b->block),
-                                                      b->flat.data(), b->block, dt,
-                                                      GroupKind::kWorld, "fetch_batch"));
+    void* mine = b->flat.at(me * b->block);
+    if (ctx_.options.zero_quantized_weights) {
+      b->handle = gather_quantized(b->quant, mine, dt, b->block, b->over, "fetch_batch");
+      return;
+    }
+    // after this all-gather every rank of the group holds every partition of the batch
+    b->handle = maybe_wait(ctx_.comm.all_gather_async(mine, b->flat.data(), b->block, dt, b->over,
+                                                      "fetch_batch"));
   }
 
   // Complete the batch tensor t arrives in (if any): every tensor of it copied out whole.
@@ -265,52 +304,55 @@ class Zero3 final : public Strategy {
     if (!batch_of_[t]) return;
     const std::shared_ptr<FetchBatch> b = batch_of_[t];
     b->handle.wait();
-    const int n = world();
+    if (b->quant.scale_gather.valid()) dequantize(b->quant, b->flat.data(), b->flat.dtype());
+    const uint64_t S = uint64_t(group_size(b->over));
     const size_t eb = dtype_bytes(b->flat.dtype());
     uint64_t off = 0;  // the tensor's partition within each rank's block
     for (int u : b->tensors) {
-      const uint64_t part = flats_[u].shard_size(n);
+      const uint64_t part = flats_[u].padded / S;
       full_[u] = TypedBuffer(ctx_.memory, MemCategory::kGatheredParams, b->flat.dtype(),
                              flats_[u].padded);
-      for (int q = 0; q < n; ++q)
-        ctx_.device.copy(full_[u].at(uint64_t(q) * part), b->flat.at(uint64_t(q) * b->block + off),
-                         part * eb);
+      for (uint64_t q = 0; q < S; ++q)
+        ctx_.device.copy(full_[u].at(q * part), b->flat.at(q * b->block + off), part * eb);
       off += part;
       batch_of_[u].reset();
     }
   }
 
-  // qwZ (partition_parameters.py _all_gather_sequential with quantize: one tensor per gather):
-  // the int8 codes of my partition, then its fp32 block scales, each all-gathered; settle()
-  // dequantises every rank's block into the gathered tensor.
-  void gather_quantized(int t, TypedBuffer& in, GroupKind over) {
-    Quantized& q = quant_[t];
-    const uint64_t n = in.size(), ranks = uint64_t(group_size(over));
-    const uint64_t me = uint64_t(group_index(over));
+  // qwZ (_all_gather_sequential / _all_gather_coalesced with quantize): my n elements at src
+  // quantised as one tensor (CUDAQuantizer.quantize's blocks), then the int8 codes and the fp32
+  // block scales each all-gathered over `over`. Returns the codes' handle; dequantize() finishes.
+  CommHandle gather_quantized(Quantized& q, const void* src, DType dt, uint64_t n, GroupKind over,
+                              const std::string& name) {
+    const uint64_t ranks = uint64_t(group_size(over)), me = uint64_t(group_index(over));
     q.blocks = qwz_blocks(n);
     q.codes = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kI8, n * ranks);
     q.scales = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, DType::kF32, q.blocks * ranks);
-    quantize_int8(ctx_.device, in.data(), in.dtype(), n, q.blocks, q.codes.at(me * n),
+    quantize_int8(ctx_.device, src, dt, n, q.blocks, q.codes.at(me * n),
                   q.scales.at(me * q.blocks));
-    const std::string& name = ctx_.model.tensors[t].name;
-    // after these all-gathers every rank holds every rank's codes and scales of tensor t
-    gather_[t] = maybe_wait(ctx_.comm.all_gather_async(q.codes.at(me * n), q.codes.data(), n,
-                                                       DType::kI8, over, name));
-    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(
-        q.scales.at(me * q.blocks), q.scales.data(), q.blocks, DType::kF32, over, name + ".scales"));
+    // after these all-gathers every rank holds every rank's codes and scales
+    CommHandle codes = maybe_wait(
+        ctx_.comm.all_gather_async(q.codes.at(me * n), q.codes.data(), n, DType::kI8, over, name));
+    q.scale_gather = maybe_wait(ctx_.comm.all_gather_async(q.scales.at(me * q.blocks),
+                                                           q.scales.data(), q.blocks, DType::kF32,
+                                                           over, name + ".scales"));
+    return codes;
   }
 
-  // Waits for tensor t's gather; a quantised one is dequantised into full_[t] here.
+  // Waits for q's scales and dequantises every rank's block into dst (ranks · n elements).
+  void dequantize(Quantized& q, void* dst, DType dt) {
+    q.scale_gather.wait();
+    const uint64_t ranks = q.scales.size() / q.blocks;
+    dequantize_int8(ctx_.device, q.codes.data(), q.scales.data(), q.codes.size() / ranks, q.blocks,
+                    ranks, dst, dt);
+    q = Quantized();
+  }
+
+  // Waits for tensor t's own gather; a quantised one is dequantised into full_[t] here.
   void settle(int t) {
     if (gather_[t].valid()) gather_[t].wait();
     gather_[t] = CommHandle();
-    Quantized& q = quant_[t];
-    if (!q.scale_gather.valid()) return;
-    q.scale_gather.wait();
-    const uint64_t ranks = q.scales.size() / q.blocks;
-    dequantize_int8(ctx_.device, q.codes.data(), q.scales.data(), q.codes.size() / ranks,
-                    q.blocks, ranks, full_[t].data(), full_[t].dtype());
-    q = Quantized();
+    if (quant_[t].scale_gather.valid()) dequantize(quant_[t], full_[t].data(), full_[t].dtype());
   }
 
   // hpZ's secondary group is the node (DeepSpeed's groups of zero_hpz_partition_size consecutive
@@ -476,18 +518,6 @@ class Zero3 final : public Strategy {
     }
     for (auto& h : hs) h.wait();
   }
-
-  struct FetchBatch {
-    std::vector<int> tensors;
-    uint64_t block = 0;  // elements of each rank's block: the tensors' partitions back to back
-    TypedBuffer flat;
-    CommHandle handle;
-  };
-  struct Quantized {
-    TypedBuffer codes, scales;  // every rank's int8 codes and fp32 block scales, in group order
-    uint64_t blocks = 1;        // per rank
-    CommHandle scale_gather;
-  };
 
 
   StrategyDescription desc_ = zero3_description();

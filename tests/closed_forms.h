@@ -297,11 +297,16 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
 //   a world ring, (N-1)/N·pad·b per rank, and the other g_t - 1 node rings, (G-1)/G·pad·b per rank,
 //   every hop intra: N·(G-1)/G·pad·b summed over the ranks. Untied, reuse 0, M > 1 nodes: the
 //   parameter traffic leaving the nodes drops from 2Ψ·b to Ψ·b per step.
-// - qwZ (_all_gather_sequential with quantize): each gather moves int8 codes, 1 byte per element,
-//   and one fp32 scale per block of the rank's partition n (quantize.h qwz_blocks(n)): a gather
-//   over S ranks sends (S-1)·(n + 4·blocks(n)) bytes per rank in place of (S-1)·n·b, with n =
-//   pad/N from the primary shard, pad/G from the secondary. Persistent tensors' refresh after the
-//   step is not quantised (Init's all_gather default quantize=False).
+// - qwZ (_all_gather_sequential / _all_gather_coalesced with quantize): a gather of partitions
+//   of n elements in all (one tensor's, or a batch's back to back, quantised as one tensor) moves
+//   int8 codes, 1 byte per element, and one fp32 scale per block of n (quantize.h qwz_blocks(n)):
+//   over S ranks it sends (S-1)·(n + 4·blocks(n)) bytes per rank in place of (S-1)·n·b, with n =
+//   Σ pad/N from the primary shards, Σ pad/G from the secondary ones. Persistent tensors'
+//   refresh after the step is not quantised (Init's all_gather default quantize=False).
+// - The gathers of a step (zero3_gather_groups): per tensor with the paper's per-tensor fetch;
+//   with the coalesced fetch each fetch's missing tensors split into those with a secondary
+//   partition and those without (partitioned_param_coordinator.py __all_gather_params_), each
+//   part one gather (a lone tensor alone, _all_gather_sequential; several as one batch).
 // The gradient reduce-scatter is zero3's: (N-1)/N·pad·b_g per rank over the world ring.
 // Blocks per partition of n, restated from CUDAQuantizer.quantize (target 8000 elements; more
 // blocks until 8·blocks divides n; doubled while 16·blocks divides n and blocks exceed 8000;
@@ -325,43 +330,93 @@ inline uint64_t ds_quant_blocks(uint64_t n) {
 inline bool qgz_all_to_all(const ParamTensor& t, double N) {
   return t.shape.size() >= 2 && t.numel % (2 * uint64_t(N)) == 0;
 }
+
+// One parameter gather of a step: its tensors, and whether from hpZ's secondary partitions.
+struct GatherGroup {
+  std::vector<int> tensors;
+  bool secondary = false;
+};
+// ZeRO-3's gathers of a steady step without activation checkpointing. Reuse 0 (`once` false):
+// every module visit (forward in order, backward in reverse) gathers its non-persistent tensors.
+// Reuse >= the trace (`once`): each tensor at its first forward use only; with the prefetch on
+// and every budget above the model (tiny), the first module's tensors, then all the others in
+// one prefetch batch (coalesced reuse 0 with the prefetch has no form here; per tensor the
+// prefetch changes no gather). A tensor gathered before in
+// the step has a secondary partition when hpZ is on.
+inline std::vector<GatherGroup> zero3_gather_groups(const ModelLayout& l,
+                                                    const std::vector<bool>& persistent,
+                                                    bool once, bool prefetch, bool coalesced,
+                                                    bool hpz) {
+  if (coalesced && prefetch && !once)
+    throw std::invalid_argument("no closed form: reuse 0 with the prefetch");
+  std::vector<int> visits;
+  for (size_t m = 0; m < l.modules.size(); ++m) visits.push_back(int(m));
+  for (size_t m = l.modules.size(); m-- > 0 && !once;) visits.push_back(int(m));
+  std::vector<bool> seen(l.tensors.size(), false);
+  std::vector<GatherGroup> out;
+  auto add = [&](const std::vector<int>& need) {
+    GatherGroup parts[2];  // with a secondary partition, without
+    for (int t : need) parts[hpz && seen[t] ? 0 : 1].tensors.push_back(t);
+    parts[0].secondary = true;
+    for (const GatherGroup& g : parts)
+      for (size_t i = 0; i < g.tensors.size(); i += coalesced ? g.tensors.size() : 1)
+        out.push_back(coalesced ? g : GatherGroup{{g.tensors[i]}, g.secondary});
+    for (int t : need) seen[t] = true;
+  };
+  for (size_t i = 0; i < visits.size(); ++i) {
+    std::vector<int> need;
+    for (int t : l.modules[visits[i]].tensors)
+      if (!persistent[t] && !(once && seen[t])) need.push_back(t);
+    add(need);
+    if (!(prefetch && once && i == 0)) continue;
+    need.clear();
+    for (size_t t = 0; t < l.tensors.size(); ++t)
+      if (!persistent[t] && !seen[t]) need.push_back(int(t));
+    add(need);
+  }
+  return out;
+}
+
+struct ZeroppKnobs {
+  bool hpz = false, qwz = false;
+  bool coalesced = false, prefetch = false;  // the fetch (see zero3_gather_groups)
+  bool qgz = false;
+};
 inline Bytes zeropp_bytes(const ModelLayout& l, Precision precision, uint64_t persist, double N,
-                          double G, uint64_t reuse_distance, bool hpz, bool qwz,
-                          bool qgz = false) {
+                          double G, uint64_t reuse_distance, ZeroppKnobs k) {
   const double M = N / G, bp = param_bytes(precision), bg = bp;
-  const std::vector<int> uses = l.uses_per_pass();
   const bool once = reuse_distance >= 2 * l.num_params();
   if (!once && reuse_distance != 0) throw std::invalid_argument("no closed form: reuse distance");
-  // one gather over S ranks of partitions of n elements: bytes each rank sends
-  auto gather = [&](double S, double n) {
-    return (S - 1) * (qwz ? n + 4.0 * double(ds_quant_blocks(uint64_t(n))) : n * bp);
-  };
   const double inter_hops = M > 1 ? M : 0;
+  const std::vector<bool> persistent = zero3_persistent(l, persist);
   Bytes b;
+  auto world_ring = [&](double per_rank) {
+    b.intra += (N - inter_hops) * per_rank;
+    b.inter += inter_hops * per_rank;
+  };
   for (size_t t = 0; t < l.tensors.size(); ++t) {
     const ParamTensor& info = l.tensors[t];
     const double pad = double(round_up(info.numel, uint64_t(N)));
-    if (qgz && M > 1 && qgz_all_to_all(info, N)) {
+    if (k.qgz && M > 1 && qgz_all_to_all(info, N)) {
       const double groups = std::max({double(info.shape[0]), double(info.shape[1]), N});
       const double slot = pad / (2 * N) + 4 * std::max(1.0, std::floor(groups / N));
       b.intra += N * (G - 1) * M * slot;
       b.inter += N * (M - 1) * slot;
     } else {
-      const double rs = (N - 1) / N * pad * bg;
-      b.intra += (N - inter_hops) * rs;
-      b.inter += inter_hops * rs;
+      world_ring((N - 1) / N * pad * bg);  // the gradient reduce-scatter
     }
-    if (l.tensors[t].numel <= persist) {
-      const double refresh = (N - 1) / N * pad * bp;
-      b.intra += (N - inter_hops) * refresh;
-      b.inter += inter_hops * refresh;
-      continue;
-    }
-    const double g = once ? 1.0 : 2.0 * uses[t];
-    const double world = gather(N, pad / N);
-    const double first = world, later = hpz ? N * gather(G, pad / G) : N * world;
-    b.intra += (N - inter_hops) * first + (g - 1) * (hpz ? later : (N - inter_hops) * world);
-    b.inter += inter_hops * first + (g - 1) * (hpz ? 0.0 : inter_hops * world);
+    if (persistent[t]) world_ring((N - 1) / N * pad * bp);  // the refresh after the step
+  }
+  for (const GatherGroup& g : zero3_gather_groups(l, persistent, once, k.prefetch, k.coalesced,
+                                                  k.hpz)) {
+    const double S = g.secondary ? G : N;
+    double n = 0;  // elements of each rank's block
+    for (int t : g.tensors) n += double(round_up(l.tensors[t].numel, uint64_t(N))) / S;
+    const double sent = (S - 1) * (k.qwz ? n + 4.0 * double(ds_quant_blocks(uint64_t(n))) : n * bp);
+    if (g.secondary)
+      b.intra += N * sent;
+    else
+      world_ring(sent);
   }
   return b;
 }

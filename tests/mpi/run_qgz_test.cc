@@ -110,9 +110,10 @@ TEST_P(QgzBytes, CountedTrafficAndCollectivesEqualTheClosedForms) {
   ASSERT_EQ(r.status, "ok") << r.error;
   const Topology& t = run_env().topo;
   const ModelLayout l = make_layout(cfg.model);
+  const closed_forms::ZeroppKnobs k{c.hpz_qwz && t.ranks_per_node() > 1, c.hpz_qwz,
+                                    cfg.options.zero3_coalesced_fetch, cfg.options.overlap, true};
   const closed_forms::Bytes e = closed_forms::zeropp_bytes(
-      l, c.precision, 0, t.world_size(), t.ranks_per_node(), cfg.options.reuse_distance,
-      c.hpz_qwz && t.ranks_per_node() > 1, c.hpz_qwz, true);
+      l, c.precision, 0, t.world_size(), t.ranks_per_node(), cfg.options.reuse_distance, k);
   EXPECT_EQ(double(r.sent_intra_all), e.intra) << "intra-node bytes per step, summed over ranks";
   EXPECT_EQ(double(r.sent_inter_all), e.inter) << "inter-node bytes per step, summed over ranks";
   // four all-to-alls (codes and scales, node then nodes) per eligible tensor, a reduce-scatter
