@@ -11,13 +11,7 @@ shift || true
 mkdir -p "$OUT"
 SB=(./build/shardbench run --np 4 --ranks-per-node 2 --model small --batch 4 --steps 3 --warmup 1
     --quiet)
-rows=()
-run() {  # run NAME LABEL FLAGS...
-  local name=$1 label=$2
-  shift 2
-  "${SB[@]}" --out "$OUT/$name.json" "$@" "${EXTRA[@]}" > /dev/null
-  rows+=("$OUT/$name.json=$label")
-}
+source ci/table_runs.sh
 EXTRA=("$@")
 run all "default" --strategies all
 run fsdp2_node "\`--fsdp2-reshard-after-forward 2\`" --strategies fsdp2 --fsdp2-reshard-after-forward 2

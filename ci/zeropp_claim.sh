@@ -15,13 +15,7 @@ SB=(./build/shardbench run --np 4 --ranks-per-node 2 --model small --untied-head
 HPZ=(--zero-hpz-partition-size 2)
 QWZ=(--zero-quantized-weights on)
 QGZ=(--zero-quantized-gradients on)
-rows=()
-run() {  # run NAME LABEL FLAGS...
-  local name=$1 label=$2
-  shift 2
-  "${SB[@]}" --out "$OUT/$name.json" "$@" "${EXTRA[@]}" > /dev/null
-  rows+=("$OUT/$name.json=$label")
-}
+source ci/table_runs.sh
 EXTRA=("$@")
 run plain "\`zero3\`"
 run hpz "+ \`--zero-hpz-partition-size 2\`" "${HPZ[@]}"
