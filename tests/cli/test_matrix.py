@@ -87,6 +87,50 @@ class DefaultMatrixTest(unittest.TestCase):
             self.assertAlmostEqual(b["real_time_ci95_ms"][1], hi * 1e3, places=9)
 
 
+class ConfirmationTest(unittest.TestCase):
+    def smallest(self):
+        return min(cells(NIGHTLY), key=lambda c: (c["flags"]["model"] != "tiny",
+                                                  int(c["flags"]["np"])))
+
+    def test_a_reproduced_regression_stands_with_its_second_run(self):
+        # A baseline five times faster than anything this machine runs: both runs regress.
+        cell = self.smallest()
+        doc = json.loads((ROOT / "results" / "baseline" / f"{cell['id']}.json").read_text())
+        for r in doc["results"]:
+            st = r["step_time_s"]
+            for k, v in st.items():
+                st[k] = [x / 5 for x in v] if isinstance(v, list) else v / 5
+            r["throughput"] = {k: v * 5 if k.startswith("tokens") else v
+                               for k, v in r["throughput"].items()}
+        base = Path(tempfile.mkdtemp(prefix="sbbase"))
+        (base / f"{cell['id']}.json").write_text(json.dumps(doc))
+        out = Path(tempfile.mkdtemp(prefix="sbmatrix"))
+        p = matrix(NIGHTLY, "--cell", cell["id"], "--out", out, "--baseline-dir", base)
+        self.assertEqual(p.returncode, 1, p.stdout[-3000:] + p.stderr[-3000:])
+        (entry,) = json.loads((out / "index.json").read_text())["cells"]
+        self.assertEqual(entry["comparison"]["verdict"], "REGRESSION")
+        self.assertEqual(entry["comparison"]["confirmation"]["verdict"], "REGRESSION")
+        self.assertTrue((out / "confirm" / f"{cell['id']}.json").exists())
+        self.assertTrue((out / "confirm" / f"{cell['id']}.compare.json").exists())
+
+    def test_a_regression_the_second_run_does_not_reproduce_is_no_regression(self):
+        spec = importlib.util.spec_from_file_location("matrix", MATRIX)
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        verdicts = iter([("REGRESSION", 1), ("ok", 0)])
+        m.compare_cell = lambda *a: next(verdicts)
+        m.run_cell = lambda *a: ("ran", 0, 0.0)
+        args = m.argparse.Namespace(baseline_dir="/nonexistent", threshold_pct=10.0,
+                                    no_confirm=False, shardbench="sb")
+        out = Path(tempfile.mkdtemp(prefix="sbmatrix")) / "c.json"
+        judged = m.judge_cell(args, "c", {}, out, [])
+        self.assertEqual((judged["verdict"], judged["exit_code"]), ("ok", 0))
+        self.assertEqual(judged["confirmation"]["verdict"], "ok")
+        args.no_confirm = True
+        verdicts = iter([("REGRESSION", 1)])
+        self.assertEqual(m.judge_cell(args, "c", {}, out, [])["exit_code"], 1)
+
+
 class MatrixFileTest(unittest.TestCase):
     def write(self, text):
         path = Path(tempfile.mkdtemp(prefix="sbmf")) / "m.toml"
