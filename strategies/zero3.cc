@@ -244,6 +244,12 @@ class Zero3 final : public Strategy {
     }
   }
 
+  // qwZ quantises a real gather only: all_gather_coalesced takes _no_gather_coalesced (nothing
+  // sent, nothing quantised) when the partition group is one rank (a world of 1).
+  bool quantizes(GroupKind over) const {
+    return ctx_.options.zero_quantized_weights && group_size(over) > 1;
+  }
+
   // What tensor t is gathered from and over which group: hpZ (all_gather_coalesced: a tensor
   // with a secondary partition goes over zero_param_process_group, the node) or the world.
   TypedBuffer& gather_source(int t) { return secondary_[t].empty() ? shards_[t] : secondary_[t]; }
@@ -259,7 +265,7 @@ class Zero3 final : public Strategy {
     TypedBuffer& in = gather_source(t);
     const GroupKind over = gather_group(t);
     const std::string& name = ctx_.model.tensors[t].name;
-    if (ctx_.options.zero_quantized_weights) {
+    if (quantizes(over)) {
       gather_[t] = gather_quantized(quant_[t], in.data(), in.dtype(), in.size(), over, name);
       return;
     }
@@ -290,7 +296,7 @@ class Zero3 final : public Strategy {
       batch_of_[t] = b;
     }
     void* mine = b->flat.at(me * b->block);
-    if (ctx_.options.zero_quantized_weights) {
+    if (quantizes(b->over)) {
       b->handle = gather_quantized(b->quant, mine, dt, b->block, b->over, "fetch_batch");
       return;
     }

@@ -49,7 +49,9 @@ void set_fetch(RunConfig& cfg, Fetch f) {
 }
 
 // All-gathers of a step by group, from the closed form's gathers: each one all-gather, two with
-// qwZ (codes, then scales); the persistent tensors' refresh one each over the world.
+// qwZ (codes, then scales) over a group of more than one rank (a world of 1 is no gather:
+// _no_gather_coalesced, nothing quantised); the persistent tensors' refresh one each over the
+// world.
 std::map<GroupKind, uint64_t> expected_all_gathers(const RunConfig& cfg, const Case& c, bool hpz) {
   const ModelLayout l = make_layout(cfg.model);
   const auto persistent = closed_forms::zero3_persistent(l, c.persist);
@@ -57,7 +59,8 @@ std::map<GroupKind, uint64_t> expected_all_gathers(const RunConfig& cfg, const C
   std::map<GroupKind, uint64_t> n;
   for (const auto& g : closed_forms::zero3_gather_groups(l, persistent, once, cfg.options.overlap,
                                                          cfg.options.zero3_coalesced_fetch, hpz))
-    n[g.secondary ? GroupKind::kIntra : GroupKind::kWorld] += c.qwz ? 2 : 1;
+    n[g.secondary ? GroupKind::kIntra : GroupKind::kWorld] +=
+        c.qwz && (g.secondary || run_env().topo.world_size() > 1) ? 2 : 1;
   n[GroupKind::kWorld] += uint64_t(std::count(persistent.begin(), persistent.end(), true));
   return n;
 }
@@ -205,7 +208,10 @@ std::pair<double, double> check_qwz_updates(const RunConfig& cfg, const std::str
   if (run_env().topo.rank() == 0)
     std::printf("[ %s 5 steps ] worst update distance / reference update: %.3f (LayerNorm "
                 "%.3f)\n", label.c_str(), worst[0], worst[1]);
-  EXPECT_GT(worst[0], 1e-3) << "qwZ should perturb the updates: is it on?";
+  if (run_env().topo.world_size() > 1)
+    EXPECT_GT(worst[0], 1e-3) << "qwZ should perturb the updates: is it on?";
+  else  // one rank: DeepSpeed's _no_gather_coalesced quantises nothing
+    EXPECT_LT(worst[0], 1e-4) << "a world of 1 gathers nothing and should quantise nothing";
   for (size_t s = 0; s < ref.loss.size(); ++s)
     EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-2 * ref.loss[s]) << label << " step " << s;
   return {worst[0], worst[1]};
@@ -213,7 +219,7 @@ std::pair<double, double> check_qwz_updates(const RunConfig& cfg, const std::str
 
 // Per tensor (the paper) and in per-module batches (the coalesced fetch without the prefetch,
 // reuse 0: a batch is one module's tensors, e.g. a LayerNorm's weight and bias quantised as one
-// tensor), measured at worlds 1-4 and the odd shape at 3: at most 0.168 ‖Δ_ref‖ (LayerNorm
+// tensor), measured at worlds 2-4 and the odd shape at 3: at most 0.168 ‖Δ_ref‖ (LayerNorm
 // 0.218), at least 0.077.
 TEST(QwzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
   for (Fetch f : {Fetch::kPaper, Fetch::kCoalescedReuse0})
@@ -231,7 +237,7 @@ TEST(QwzParity, FiveStepsPerTensorWithinTheQuantisationTolerance) {
 // absmax is the largest magnitude among the tensors sharing it: small-magnitude weights
 // (σ 0.02) beside a LayerNorm weight of 1.0 compute with errors up to 1/256, some 0.2σ, where
 // a block of their own (absmax about 0.08) gives 0.0003. Their updates move further: measured at
-// worlds 1-4 and the odd shape at 3, 0.36-0.46 ‖Δ_ref‖ (LayerNorm up to 0.66), against at most
+// worlds 2-4 and the odd shape at 3, 0.36-0.46 ‖Δ_ref‖ (LayerNorm up to 0.66), against at most
 // 0.22 with blocks of one tensor; allowed 0.75 ‖Δ_ref‖ (a never-updated tensor, 1.0, fails),
 // the loss within 1 % per step, and the mixing must show: worse than the per-tensor run's.
 TEST(QwzParity, ShippedBatchSharesQuantisationBlocksAcrossTensors) {
@@ -244,14 +250,15 @@ TEST(QwzParity, ShippedBatchSharesQuantisationBlocksAcrossTensors) {
     const auto batched =
         check_qwz_updates(cfg, "qwZ " + case_name({Precision::kFp32, Fetch::kShipped, hpz, true}),
                           0.75, 0.75, 1.25);
-    EXPECT_GT(batched.first, per_tensor.first) << "the batch should share blocks across tensors";
+    if (run_env().topo.world_size() > 1)
+      EXPECT_GT(batched.first, per_tensor.first) << "the batch should share blocks across tensors";
   }
 }
 
 // 50 steps of tiny with hpZ and qwZ: the loss stays within 1 % of the reference's at every step
 // (the weight error, <= 2^-8 of each block's absmax, moves the loss by about 1e-4 relative at the
 // start; AdamW's bounded steps keep the two trajectories together: measured at most 0.22 % at
-// worlds 1-4 and the odd shape at 3) and learns as the reference does.
+// worlds 2-4 and the odd shape at 3) and learns as the reference does.
 TEST(QwzParity, FiftyStepLossTrajectoryWithinOnePercent) {
   RunConfig cfg = tiny_config(Precision::kFp32, 50);
   apply_zero_schedule(ZeroSchedule::kPaper, cfg.options);
