@@ -39,7 +39,7 @@ Flags after `--` go to every cell's run but are not part of the id: use another 
 
 Confirmation: a cell whose comparison regresses is run once more (a fresh file,
 DIR/confirm/<id>.json, compared as DIR/confirm/<id>.compare.json) and the regression stands
-only if that run regresses too: timing on a shared machine moves between runs by more than one
+only if that run regresses in the same (strategy, metric) too: timing on a shared machine moves between runs by more than one
 run's samples show (whole runs of 4 ranks on 2 cores here differ by up to 50 %), while bytes and
 memory regress again every time. --no-confirm reports the first comparison as it is.
 
@@ -186,22 +186,34 @@ def confirm_cell(sb, flags, out_dir, cid, extra, baseline, threshold_pct):
                         threshold_pct)
 
 
+def regressed_rows(report):
+    """(strategy, metric) of every row compare.py --json marked REGRESSED in `report`."""
+    try:
+        rows = json.loads(Path(report).read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {(r["strategy"], r["metric"]) for r in rows if r.get("verdict") == "REGRESSED"}
+
+
 def judge_cell(args, cid, flags, out, extra):
-    """The cell's comparison with its baseline; a regression is confirmed by a second run."""
+    """The cell's comparison with its baseline; a regression is confirmed by a second run:
+    it stands for the (strategy, metric) pairs that regress in both runs."""
     baseline = Path(args.baseline_dir) / out.name
-    verdict, crc = compare_cell(baseline, out, out.parent / "compare" / out.name,
-                                args.threshold_pct)
+    report = out.parent / "compare" / out.name
+    verdict, crc = compare_cell(baseline, out, report, args.threshold_pct)
     judged = {"baseline": str(baseline), "verdict": verdict, "exit_code": crc}
     if crc != 1 or args.no_confirm:
         return judged
     cverdict, ccrc = confirm_cell(Path(args.shardbench), flags, out.parent, cid, extra, baseline,
                                   args.threshold_pct)
+    both = sorted(regressed_rows(report) &
+                  regressed_rows(out.parent / "confirm" / f"{cid}.compare.json"))
     judged["confirmation"] = {"file": f"confirm/{cid}.json", "verdict": cverdict,
-                              "exit_code": ccrc}
-    if ccrc == 0:  # not reproduced: the first run's timing was the machine's
-        judged.update(verdict="ok", exit_code=0)
-    elif ccrc != 1:
+                              "exit_code": ccrc, "regressed_in_both": [list(p) for p in both]}
+    if ccrc not in (0, 1):
         judged.update(verdict=cverdict, exit_code=ccrc)
+    elif not both:  # not reproduced: the first run's timing was the machine's
+        judged.update(verdict="ok", exit_code=0)
     return judged
 
 

@@ -42,17 +42,20 @@ QgzReduce::QgzReduce(Communicator& comm, Device& device, MemoryTracker& memory, 
     Wire intra_send = quantise(swizzled, W);
     // after these all-to-alls block j holds local rank j's codes of my node's partitions
     intra_recv = exchange(intra_send, N, GroupKind::kIntra);
-    codes_handle_.wait_from_issue();
-    scales_handle_.wait_from_issue();
+    wait_from_issue();
   }
   inter_send_ = quantise(dequantise_sum(intra_recv, L, N), N);  // quantized_reduction
   intra_recv = Wire();
   // after these all-to-alls block m holds node m's sum of my partition
   inter_recv_ = exchange(inter_send_, 1, GroupKind::kInter);
-  if (!overlap) {
-    codes_handle_.wait_from_issue();
-    scales_handle_.wait_from_issue();
-  }
+  if (!overlap) wait_from_issue();
+}
+
+// Both all-to-alls were issued together and nothing ran since: all of the time until the codes
+// arrive counts as blocked, and only the time after it for the scales (not the same span twice).
+void QgzReduce::wait_from_issue() {
+  codes_handle_.wait_from_issue();
+  scales_handle_.wait();
 }
 
 void QgzReduce::finish(TypedBuffer& out) {

@@ -14,7 +14,12 @@
 // Each rank ends with its partition of the tensor summed over the world; the optimizer divides
 // by the world as for every reduce-scatter here. (DeepSpeed divides by the number of nodes
 // only, L times the mean for L ranks per node, which Adam's update all but cancels; the suite
-// keeps the mean so the parity gate holds.) DeepSpeed sums in fp16 (__half2); here fp32.
+// keeps the mean so the parity gate holds.) DeepSpeed sums in fp16 (__half2); here fp32. Its
+// kernels read the gradient as fp16 (pt_binding.cpp ds_swizzle_quant casts to __half*), so as
+// shipped qgZ is right for fp16 gradients only (fp16 training, which the suite does not run);
+// here fp32 and bf16 gradients are quantised from their values. A group count that does not
+// divide by the world makes DeepSpeed's equal-split all_to_all_single fail; here it is rounded
+// down per partition (groups of ceil(part / groups), the last one shorter): the suite's own.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +36,8 @@ namespace sb {
 // Whether all_to_all_quant_reduce takes this tensor's all-to-all path (see above).
 bool qgz_eligible(const ParamTensor& t, int world);
 // Quantisation groups in one rank's partition: swizzle_quant's max(shape[0], shape[1], world)
-// groups spread over the world's partitions (at least 1; groups never straddle partitions).
+// groups spread over the world's partitions (at least 1; groups never straddle partitions;
+// where the count does not divide by the world DeepSpeed fails, see above).
 uint64_t qgz_groups_per_partition(const ParamTensor& t, int world);
 
 // One tensor's qgZ reduction. The intra-node stage is waited on at construction: the
@@ -58,6 +64,7 @@ class QgzReduce {
   std::vector<float> dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots);
   Wire exchange(Wire& send, uint64_t slots_per_peer, GroupKind g);
   std::vector<int> wire_order() const;
+  void wait_from_issue();
 
   Communicator& comm_;
   Device& device_;

@@ -70,7 +70,7 @@ struct StrategyOptions {
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
   // ZeRO++ qgZ: gradients reduce-scattered as a hierarchical all-to-all of int4 blocks (zero3,
-  // across nodes only; strategies/zero3_qgz.h).
+  // across nodes only; strategies/qgz.h).
   bool zero_quantized_gradients = false;
   AdamWConfig adamw;
   uint64_t seed = 1234;

@@ -110,6 +110,8 @@ class ConfirmationTest(unittest.TestCase):
         (entry,) = json.loads((out / "index.json").read_text())["cells"]
         self.assertEqual(entry["comparison"]["verdict"], "REGRESSION")
         self.assertEqual(entry["comparison"]["confirmation"]["verdict"], "REGRESSION")
+        self.assertIn(["ddp", "step_time_median_s"],
+                      entry["comparison"]["confirmation"]["regressed_in_both"])
         self.assertTrue((out / "confirm" / f"{cell['id']}.json").exists())
         self.assertTrue((out / "confirm" / f"{cell['id']}.compare.json").exists())
 
@@ -117,17 +119,34 @@ class ConfirmationTest(unittest.TestCase):
         spec = importlib.util.spec_from_file_location("matrix", MATRIX)
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
-        verdicts = iter([("REGRESSION", 1), ("ok", 0)])
-        m.compare_cell = lambda *a: next(verdicts)
+        # compare_cell writes its report: the first run regresses ddp's step time, the second
+        # either nothing, or mics's (another strategy: noise again), or ddp's again.
+        second = []
+        def compare(baseline, out, report, pct):
+            first = "confirm" not in str(report)
+            rows = [("ddp", "step_time_median_s")] if first else second
+            Path(report).parent.mkdir(parents=True, exist_ok=True)
+            Path(report).write_text(json.dumps({"rows": [
+                {"strategy": s, "metric": k, "verdict": "REGRESSED"} for s, k in rows]}))
+            return ("REGRESSION", 1) if rows else ("ok", 0)
+        m.compare_cell = compare
         m.run_cell = lambda *a: ("ran", 0, 0.0)
         args = m.argparse.Namespace(baseline_dir="/nonexistent", threshold_pct=10.0,
                                     no_confirm=False, shardbench="sb")
         out = Path(tempfile.mkdtemp(prefix="sbmatrix")) / "c.json"
+        (out.parent / "confirm").mkdir()
         judged = m.judge_cell(args, "c", {}, out, [])
         self.assertEqual((judged["verdict"], judged["exit_code"]), ("ok", 0))
         self.assertEqual(judged["confirmation"]["verdict"], "ok")
+        second[:] = [("mics", "step_time_median_s")]
+        self.assertEqual(m.judge_cell(args, "c", {}, out, [])["exit_code"], 0)
+        second[:] = [("ddp", "step_time_median_s")]
+        judged = m.judge_cell(args, "c", {}, out, [])
+        self.assertEqual((judged["verdict"], judged["exit_code"]), ("REGRESSION", 1))
+        self.assertEqual(judged["confirmation"]["regressed_in_both"],
+                         [["ddp", "step_time_median_s"]])
         args.no_confirm = True
-        verdicts = iter([("REGRESSION", 1)])
+        second[:] = []
         self.assertEqual(m.judge_cell(args, "c", {}, out, [])["exit_code"], 1)
 
 
