@@ -356,6 +356,32 @@ class RunTest(unittest.TestCase):
             self.assertAlmostEqual(b["tokens_per_s"], r["throughput"]["tokens_per_s"])
 
 
+class ZeroppPredictTest(unittest.TestCase):
+    def test_zeropp_pays_where_nodes_are_slow_and_costs_where_they_are_fast(self):
+        # The predictor on gpt2-1.5b at 32 ranks (4 x 8): ZeRO++ (hpZ + qwZ + qgZ) moves a
+        # fraction of zero3's bytes across nodes. With one 100 Gb/s NIC per node (the committed
+        # bench/clusters/dgx-h100-100g.json) that is faster; on DGX H100's eight 400 Gb/s NICs the
+        # latency of qgZ's per-tensor collectives costs more than the bytes save.
+        d = tempfile.mkdtemp(prefix="sbzpp")
+        slow = os.path.join(ROOT, "bench", "clusters", "dgx-h100-100g.json")
+        zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights",
+                  "--zero-quantized-gradients"]
+        rate = {}
+        for cluster in ("dgx-h100", slow):
+            for knobs in ([], zeropp):
+                path = os.path.join(d, f"{len(rate)}.json")
+                p = sb("predict", "--model", "gpt2-1.5b", "--world", "32", "--ranks-per-node", "8",
+                       "--strategies", "zero3", "--cluster", cluster, *knobs, "--json", path)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                (r,) = load(path)["results"]
+                rate[(cluster, bool(knobs))] = (r["throughput"]["tokens_per_s"],
+                                                r["comm"]["per_step"]["sent_bytes_inter"])
+        for cluster in ("dgx-h100", slow):
+            self.assertLess(rate[(cluster, True)][1], 0.3 * rate[(cluster, False)][1])
+        self.assertGreater(rate[(slow, True)][0], 2 * rate[(slow, False)][0])
+        self.assertLess(rate[("dgx-h100", True)][0], rate[("dgx-h100", False)][0])
+
+
 class AtomicWriteTest(unittest.TestCase):
     """The results file is rewritten after every strategy as temp file + rename. The hidden
     fault points kill rank 0 (SIGKILL) in its second write: halfway through the temp file, or
