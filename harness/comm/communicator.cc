@@ -269,20 +269,21 @@ CommHandle Communicator::all_reduce_async(void* buf, size_t count, DType t, Grou
   return submit(op, std::move(tag), stream, input);
 }
 
+CommHandle Communicator::submit_per_rank(CollKind k, const void* send, void* recv,
+                                         size_t per_rank, DType t, GroupKind g, std::string tag) {
+  const Group& grp = group(g);
+  CollectiveOp op{k, &grp, send, recv, per_rank * size_t(grp.size()), t, 0};
+  return submit(op, std::move(tag));
+}
+
 CommHandle Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
                                               DType t, GroupKind g, std::string tag) {
-  const Group& grp = group(g);
-  const size_t count = recv_count * size_t(grp.size());  // LedgerEntry: RS counts its input
-  CollectiveOp op{CollKind::kReduceScatter, &grp, send, recv, count, t, 0};
-  return submit(op, std::move(tag));
+  return submit_per_rank(CollKind::kReduceScatter, send, recv, recv_count, t, g, std::move(tag));
 }
 
 CommHandle Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DType t,
                                           GroupKind g, std::string tag) {
-  const Group& grp = group(g);
-  const size_t count = send_count * size_t(grp.size());  // LedgerEntry: AG counts its output
-  CollectiveOp op{CollKind::kAllGather, &grp, send, recv, count, t, 0};
-  return submit(op, std::move(tag));
+  return submit_per_rank(CollKind::kAllGather, send, recv, send_count, t, g, std::move(tag));
 }
 
 CommHandle Communicator::broadcast_async(void* buf, size_t count, DType t, int root_index,
@@ -299,10 +300,7 @@ CommHandle Communicator::reduce_async(void* buf, size_t count, DType t, int root
 
 CommHandle Communicator::all_to_all_async(const void* send, void* recv, size_t block_count,
                                           DType t, GroupKind g, std::string tag) {
-  const Group& grp = group(g);
-  const size_t count = block_count * size_t(grp.size());  // LedgerEntry: A2A counts its input
-  CollectiveOp op{CollKind::kAllToAll, &grp, send, recv, count, t, 0};
-  return submit(op, std::move(tag));
+  return submit_per_rank(CollKind::kAllToAll, send, recv, block_count, t, g, std::move(tag));
 }
 
 CommHandle Communicator::barrier_async(GroupKind g) {

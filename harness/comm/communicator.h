@@ -186,6 +186,10 @@ class Communicator {
  private:
   struct Impl;
   // validate, queue on `stream` (after `input` where given), return handle
+  // A collective of `per_rank` elements per group rank: the ledger's count is per_rank times
+  // the group size (reduce-scatter and all-to-all count their input, all-gather its output).
+  CommHandle submit_per_rank(CollKind k, const void* send, void* recv, size_t per_rank, DType t,
+                             GroupKind g, std::string tag);
   CommHandle submit(const CollectiveOp& op, std::string tag, CommStream stream = CommStream::kMain,
                     const CommHandle& input = {});
   // Runs op on the stream's backend and appends its ledger entry (comm thread, or the caller's

@@ -137,6 +137,25 @@ TEST(ActivationCheckpointing, RecomputeFiresRecomputeHooksInStepVisitOrder) {
   }
 }
 
+// For every checkpoint interval of c (none, every-1 .. every-L): the tracker's activation bytes
+// after building the model equal activation_bytes(), and each interval saves (n - 1) layers'
+// `per_layer` bytes against none, n = L / every checkpointed layers.
+void expect_tracked_bytes_and_saving(GptConfig c, uint64_t B, bool bf16, uint64_t per_layer,
+                                     const std::string& label) {
+  const uint64_t none = activation_bytes(c, int(B), bf16), L = uint64_t(c.n_layer);
+  for (int every = 0; every <= int(L); ++every) {
+    c.checkpoint_every = every;
+    auto dev = make_cpu_device();
+    MemoryTracker mem(dev->allocator());
+    GptModel model(c, int(B), *dev, mem, bf16);
+    const std::string at = label + " " + attention_name(c.attention) +
+                           (bf16 ? " bf16 " : " fp32 ") + activation_checkpointing_name(every);
+    EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16)) << at;
+    const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
+    EXPECT_EQ(none - activation_bytes(c, int(B), bf16), n == 0 ? 0 : (n - 1) * per_layer) << at;
+  }
+}
+
 // The tracker's activation bytes equal activation_bytes() for every setting, and the saving
 // is derived here per layer, from gpt.cc's buffer list rather than the formula: a checkpointed
 // layer keeps its block output (B*T*C fp32) and gives up, beyond the one shared slot,
@@ -152,19 +171,7 @@ TEST(ActivationCheckpointing, ActivationBytesMatchTheTrackerAndThePerLayerSaving
         const uint64_t A = att == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
         const uint64_t per_layer =
             4 * (B * T * C + 4 * B * T + A) + (bf16 ? 2 : 4) * 16 * B * T * C;
-        const uint64_t none = activation_bytes(c, int(B), bf16);
-        for (int every = 0; every <= int(L); ++every) {
-          c.checkpoint_every = every;
-          auto dev = make_cpu_device();
-          MemoryTracker mem(dev->allocator());
-          GptModel model(c, int(B), *dev, mem, bf16);
-          const std::string at = std::string(spec) + " " + attention_name(att) +
-                                 (bf16 ? " bf16 " : " fp32 ") + activation_checkpointing_name(every);
-          EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16)) << at;
-          const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
-          const uint64_t freed = n == 0 ? 0 : (n - 1) * per_layer;
-          EXPECT_EQ(none - activation_bytes(c, int(B), bf16), freed) << at;
-        }
+        expect_tracked_bytes_and_saving(c, B, bf16, per_layer, spec);
       }
 }
 
@@ -183,21 +190,8 @@ TEST(ActivationCheckpointing, LlamaActivationBytesMatchTheTrackerAndThePerLayerS
         const uint64_t A = att == AttentionKind::kFused ? B * H * T : B * H * T * T;
         const uint64_t per_layer =
             4 * (B * T * C + 2 * B * T + A) + (bf16 ? 2 : 4) * B * T * (6 * C + 3 * F);
-        const uint64_t none = activation_bytes(c, int(B), bf16);
-        for (int every = 0; every <= int(L); ++every) {
-          c.checkpoint_every = every;
-          auto dev = make_cpu_device();
-          MemoryTracker mem(dev->allocator());
-          GptModel model(c, int(B), *dev, mem, bf16);
-          const std::string at = std::to_string(L) + "x" + std::to_string(C) + " " +
-                                 attention_name(att) + (bf16 ? " bf16 " : " fp32 ") +
-                                 activation_checkpointing_name(every);
-          EXPECT_EQ(mem.current(MemCategory::kActivations), activation_bytes(c, int(B), bf16))
-              << at;
-          const uint64_t n = every == 0 ? 0 : L / uint64_t(every);
-          EXPECT_EQ(none - activation_bytes(c, int(B), bf16), n == 0 ? 0 : (n - 1) * per_layer)
-              << at;
-        }
+        expect_tracked_bytes_and_saving(c, B, bf16, per_layer,
+                                        std::to_string(L) + "x" + std::to_string(C));
       }
 }
 
