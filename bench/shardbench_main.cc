@@ -13,6 +13,8 @@ void add_predict_command(CLI::App& app);
 int predict_command();
 void add_report_command(CLI::App& app);  // bench/cli/report_command.cc
 int report_command();
+void add_validate_command(CLI::App& app);  // bench/cli/validate_command.cc
+int validate_command();
 }  // namespace sb
 
 
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   exp->add_option("--out", export_args.out, "output file (default: stdout)");
   sb::add_predict_command(app);
   sb::add_report_command(app);
+  sb::add_validate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
     if (*exp) return sb::export_command(export_args);
     if (app.got_subcommand("predict")) return sb::predict_command();
     if (app.got_subcommand("report")) return sb::report_command();
+    if (app.got_subcommand("validate")) return sb::validate_command();
   } catch (const sb::UsageError& e) {
     std::fprintf(stderr, "shardbench: %s\n", e.what());
     return 2;

@@ -177,6 +177,30 @@ void write_document(const std::string& path, const nlohmann::json& doc) {
 
 std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / double(1ull << 30)); }
 
+// Where each strategy's step goes: the range from the stated uncertainty, the compute time by
+// kernel class, the phases and the exposed communication (ms).
+void print_breakdown(const std::vector<Prediction>& ps) {
+  fmt::print("\nstep time in ms: range from the model's stated uncertainty; compute by kernel "
+             "class; phases of the step\n");
+  for (const Prediction& p : ps) {
+    std::string classes;
+    for (int k = 0; k < kNumKernelClasses; ++k)
+      classes += fmt::format(" {} {:.1f}", kernel_class_name(KernelClass(k)),
+                             p.kernel_s[size_t(k)] * 1e3);
+    fmt::print("{:<24} step {:.1f} [{:.1f}, {:.1f}] (+-{:.0f} %{})\n", p.strategy, p.step_s * 1e3,
+               p.step_lo_s * 1e3, p.step_hi_s * 1e3, p.uncertainty * 100,
+               p.outside.empty() ? "" : ", outside the validated region: " + p.outside);
+    if (p.model_state_only) continue;
+    fmt::print("{:<24}   compute {:.1f}:{} launch-floor {:.1f} contention {:.1f}\n", "",
+               p.compute_s * 1e3, classes, p.launch_s * 1e3, p.contention_s * 1e3);
+    if (p.phases.empty()) continue;
+    const StepPhases& ph = p.phases.back();
+    fmt::print("{:<24}   forward {:.1f} backward {:.1f} optimizer {:.1f} other {:.1f} exposed "
+               "comm {:.1f} of comm {:.1f}\n", "", ph.forward_s * 1e3, ph.backward_s * 1e3,
+               ph.optimizer_s * 1e3, ph.other_s * 1e3, ph.exposed_comm_s * 1e3, p.comm_s * 1e3);
+  }
+}
+
 void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps) {
   const ModelShape& m = *cfg.model;
   fmt::print(
@@ -214,6 +238,7 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
       u, gib(ps.empty() ? 0 : ps.front().limit_bytes),
       cfg.model->bare ? "; --params: model state only" : "",
       cfg.options.overlap ? "with" : "without");
+  print_breakdown(ps);
 }
 
 int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::string>& names,

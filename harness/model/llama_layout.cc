@@ -24,6 +24,9 @@ constexpr LlamaPreset kLlamaPresets[] = {
     {"llama-tiny-pad", 2, 20, 2, 1, 38, 16, 61, 10000.0f},
     {"llama2-7b", 32, 4096, 32, 32, 11008, 4096, 32000, 10000.0f},
     {"llama2-13b", 40, 5120, 40, 40, 13824, 4096, 32000, 10000.0f},
+    // Llama 2 34B (Table 1: GQA, not released): Code Llama 34B's released shape, the same
+    // architecture (params.json: dim 8192, 48 layers, 64 heads, 8 K/V heads, ffn 22016).
+    {"llama2-34b", 48, 8192, 64, 8, 22016, 4096, 32000, 10000.0f},
     {"llama2-70b", 80, 8192, 64, 8, 28672, 4096, 32000, 10000.0f},
     {"llama3-8b", 32, 4096, 32, 8, 14336, 8192, 128256, 500000.0f},
 };

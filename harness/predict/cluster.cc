@@ -25,8 +25,41 @@ namespace {
 // own ring model for the Simple protocol (src/graph/tuning.cc: baseLat 8.4 us per collective,
 // hwLat 3.4 us per NVLink step, 9.6 us per network step).
 // HBM bandwidth (same datasheets): A100 80GB SXM 2.039 TB/s, H100 SXM 3.35 TB/s, H200 4.8 TB/s.
+// Per-kernel constants (kernel_cost.h), each from a published measurement:
+// - GEMM ceiling: the Maximum Achievable Matmul FLOPS table of S. Bekman's "Machine Learning
+//   Engineering" (github.com/stas00/ml-engineering, compute/accelerator/README.md, bf16 matmul,
+//   best shape of a brute-force search, CUDA 12.1): A100 SXM 267.9 of 312 TF (85.9 %), H100
+//   SXM 792.1 of 989 TF (80.1 %). Tile and wave quantisation of other shapes: kernel_cost.cc.
+// - SMs: A100 108, H100/H200 SXM 132 (NVIDIA A100 and H100 architecture whitepapers).
+// - Fused attention: FlashAttention-2 (Dao 2023, arXiv 2307.08691) reaches up to 73 % of the
+//   A100's peak forward and 63 % backward (abstract: "50-73 % of the theoretical maximum
+//   FLOPs/s"); on H100 FlashAttention-2 reaches 35 % (FlashAttention-3, Shah et al. 2024,
+//   abstract: "FlashAttention-2 achieving only 35 % utilization on the H100 GPU").
+// - Memory-bound kernels: 90 % of the datasheet HBM bandwidth, the STREAM-like copy/triad
+//   fraction GPUs reach (an assumption with +-10 %, see kernel_cost.cc's uncertainty).
+// - Launch: 5 us per kernel, PyTorch eager dispatch plus CUDA launch (an order-of-magnitude
+//   figure; it only binds on kernels shorter than it).
+// - Contention: NCCL's collective kernel holds one block per channel; an FSDP all-gather beside
+//   a GEMM on H100 launched 24 blocks (NVIDIA developer forum, "Compute-Communication Overlap
+//   Causes Severe GEMM Performance Degradation because of Tail Effect", 2025, nsys trace);
+//   taken for A100 too.
+KernelModel gpu_kernels(int sms, double ceiling, double flash_fwd, double flash_bwd) {
+  KernelModel k;
+  k.sm_count = sms;
+  k.gemm_ceiling = ceiling;
+  k.mem_bw_fraction = 0.90;
+  k.flash_fwd = flash_fwd;
+  k.flash_bwd = flash_bwd;
+  k.launch_s = 5e-6;
+  k.comm_sms = 24;
+  k.validated = true;
+  k.source = "MAMF table (ml-engineering), FlashAttention-2/-3 papers, NVIDIA forum (cluster.cc)";
+  return k;
+}
+
 Cluster gpu_node(const char* name, const char* device, const char* cuda_name, double hbm,
-                 double hbm_bw, double nvlink, double node_net, const char* source) {
+                 double hbm_bw, double nvlink, double node_net, const char* source,
+                 const KernelModel& kernels) {
   Cluster c;
   c.name = name;
   c.device = device;
@@ -38,6 +71,7 @@ Cluster gpu_node(const char* name, const char* device, const char* cuda_name, do
   c.base_latency_s = 8.4e-6;
   c.intra = LinkClass{nvlink, 3.4e-6, true};
   c.inter = LinkClass{node_net, 9.6e-6, false};
+  c.kernels = kernels;
   c.source = source;
   return c;
 }
@@ -61,6 +95,10 @@ Cluster cpu_local() {
   c.comm_efficiency = 1.0;  // the bandwidth below is already the achieved one
   c.device_memory_bytes = 25.3e9;
   c.memory_bw_bytes_per_s = 0;  // memory-bound kernels: inside the calibrated efficiency
+  // The kernel model applies once memory_bw_bytes_per_s is measured (a calibrated cluster):
+  // GEMMs then run at the calibrated sgemm itself (ceiling 1, no waves on one core).
+  c.kernels.gemm_ceiling = 1.0;
+  c.kernels.source = "peak_flops_fp32 is the calibrated single-core sgemm";
   c.ranks_per_node = 2;
   c.host_cores = 2;
   c.intra = LinkClass{1.1e9, 45e-6, true};
@@ -69,14 +107,23 @@ Cluster cpu_local() {
   return c;
 }
 
+// H200: the H100's SMs and kernels (the same GH100 die), not validated against a published run.
+KernelModel h200_kernels() {
+  KernelModel k = gpu_kernels(132, 792.1 / 989.0, 0.35, 0.35);
+  k.validated = false;
+  return k;
+}
+
 std::vector<Cluster> presets() {
   return {cpu_local(),
           gpu_node("dgx-a100-80g", "NVIDIA A100-SXM4-80GB", "A100", 80e9, 2.039e12, 300e9, 200e9,
-                   "NVIDIA DGX A100 datasheet; A100 datasheet (2021)"),
+                   "NVIDIA DGX A100 datasheet; A100 datasheet (2021)",
+                   gpu_kernels(108, 267.9 / 312.0, 0.73, 0.63)),
           gpu_node("dgx-h100", "NVIDIA H100-SXM5-80GB", "H100", 80e9, 3.35e12, 450e9, 400e9,
-                   "NVIDIA DGX H100 datasheet (2023); H100 datasheet"),
+                   "NVIDIA DGX H100 datasheet (2023); H100 datasheet",
+                   gpu_kernels(132, 792.1 / 989.0, 0.35, 0.35)),
           gpu_node("h200", "NVIDIA H200-SXM-141GB", "H200", 141e9, 4.8e12, 450e9, 400e9,
-                   "NVIDIA H200 datasheet (2024); 8-GPU HGX/DGX H200 node")};
+                   "NVIDIA H200 datasheet (2024); 8-GPU HGX/DGX H200 node", h200_kernels())};
 }
 
 double num(const nlohmann::json& j, const char* key, double def) {
@@ -94,6 +141,38 @@ LinkClass link_from(const nlohmann::json& j, const LinkClass& def) {
   return l;
 }
 
+KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
+  if (!j.is_object()) throw std::invalid_argument("cluster key 'kernels' must be an object");
+  KernelModel k = def;
+  struct Field {
+    const char* key;
+    double KernelModel::*at;
+  };
+  static constexpr Field kFields[] = {{"gemm_ceiling", &KernelModel::gemm_ceiling},
+                                      {"mem_bw_fraction", &KernelModel::mem_bw_fraction},
+                                      {"flash_fwd", &KernelModel::flash_fwd},
+                                      {"flash_bwd", &KernelModel::flash_bwd},
+                                      {"launch_s", &KernelModel::launch_s}};
+  for (const Field& f : kFields) k.*f.at = num(j, f.key, k.*f.at);
+  k.sm_count = int(num(j, "sm_count", def.sm_count));
+  k.comm_sms = int(num(j, "comm_sms", def.comm_sms));
+  if (j.contains("validated")) {
+    if (!j["validated"].is_boolean())
+      throw std::invalid_argument("cluster key 'kernels.validated' must be true or false");
+    k.validated = j["validated"].get<bool>();
+  }
+  k.source = j.value("source", def.source);
+  if (k.sm_count < 0 || k.comm_sms < 0 || k.gemm_ceiling < 0 || k.gemm_ceiling > 1 ||
+      k.mem_bw_fraction <= 0 || k.mem_bw_fraction > 1 || k.flash_fwd < 0 || k.flash_fwd > 1 ||
+      k.flash_bwd < 0 || k.flash_bwd > 1 || k.launch_s < 0 || k.launch_s > 1)
+    throw std::invalid_argument(
+        "cluster key 'kernels': sm_count, comm_sms >= 0; gemm_ceiling, flash_* in [0, 1]; "
+        "mem_bw_fraction in (0, 1]; launch_s in [0, 1]");
+  if (k.sm_count > 0 && k.comm_sms >= k.sm_count)
+    throw std::invalid_argument("cluster key 'kernels.comm_sms' must be below sm_count");
+  return k;
+}
+
 }  // namespace
 
 double Cluster::memory_per_rank(int world) const {
@@ -108,6 +187,14 @@ std::vector<std::string> cluster_names() {
   std::vector<std::string> v;
   for (const Cluster& c : presets()) v.push_back(c.name);
   return v;
+}
+
+nlohmann::json kernel_model_json(const KernelModel& k) {
+  return {{"sm_count", k.sm_count},        {"gemm_ceiling", k.gemm_ceiling},
+          {"mem_bw_fraction", k.mem_bw_fraction}, {"flash_fwd", k.flash_fwd},
+          {"flash_bwd", k.flash_bwd},      {"launch_s", k.launch_s},
+          {"comm_sms", k.comm_sms},        {"validated", k.validated},
+          {"source", k.source}};
 }
 
 nlohmann::json cluster_json(const Cluster& c) {
@@ -128,6 +215,7 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"bf16_matmul", c.bf16_matmul},
           {"intra", link(c.intra)},
           {"inter", link(c.inter)},
+          {"kernels", kernel_model_json(c.kernels)},
           {"source", c.source}};
 }
 
@@ -153,6 +241,7 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   }
   if (j.contains("intra")) c.intra = link_from(j["intra"], c.intra);
   if (j.contains("inter")) c.inter = link_from(j["inter"], c.inter);
+  if (j.contains("kernels")) c.kernels = kernels_from(j["kernels"], c.kernels);
   c.source = j.value("source", c.source);
   auto bad = [&](const char* why) {
     throw std::invalid_argument("--cluster " + c.name + ": " + why);

@@ -20,6 +20,19 @@ struct LinkClass {
   bool per_rank = true;
 };
 
+// The per-kernel time model of one device (kernel_cost.h). A cluster without it (gemm_ceiling
+// 0: a file written before it) keeps the older rule, matmuls at peak x compute_efficiency.
+struct KernelModel {
+  int sm_count = 0;            // streaming multiprocessors (wave quantisation); 0: no waves (CPU)
+  double gemm_ceiling = 0;     // achieved / peak of the best-shaped large GEMM; 0: not modelled
+  double mem_bw_fraction = 1;  // achieved / datasheet memory bandwidth of streaming kernels
+  double flash_fwd = 0, flash_bwd = 0;  // fused attention achieved / peak (0: gemm_ceiling)
+  double launch_s = 0;         // the shortest a kernel can take (launch and dispatch)
+  int comm_sms = 0;            // SMs a running collective holds (contention with compute)
+  bool validated = false;      // the device of a published run in bench/published
+  std::string source;          // where each constant comes from
+};
+
 struct Cluster {
   std::string name;
   std::string device;               // what one rank runs on
@@ -36,6 +49,7 @@ struct Cluster {
   int host_cores = 0;               // > 0: every rank shares one host (virtual nodes): the
                                     // cores and memory are divided among the world's ranks
   LinkClass intra, inter;
+  KernelModel kernels;
   std::string source;  // datasheets / calibration command and date
 
   double peak_flops(bool bf16) const { return bf16 ? peak_flops_bf16 : peak_flops_fp32; }
@@ -50,6 +64,7 @@ std::vector<std::string> cluster_names();
 // std::invalid_argument naming --cluster and what is allowed.
 Cluster load_cluster(const std::string& name_or_path);
 nlohmann::json cluster_json(const Cluster& c);
+nlohmann::json kernel_model_json(const KernelModel& k);
 Cluster cluster_from_json(const nlohmann::json& j);  // throws std::invalid_argument
 
 }  // namespace sb

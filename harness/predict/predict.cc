@@ -61,16 +61,29 @@ class MeasuredStep final : public StepObserver {
       : backends_(std::move(backends)), account_(account), clock_(clock) {}
   void measured_begin() override {
     for (SimBackend* b : backends_) b->set_account(&account_);
-    busy_at_begin_ = clock_.busy_s;
+    at_begin_ = clock_;
   }
-  void measured_end() override { busy_s_ = clock_.busy_s - busy_at_begin_; }
+  void measured_end() override {
+    busy_s_ = clock_.busy_s - at_begin_.busy_s;
+    for (int k = 0; k < kNumKernelClasses; ++k)
+      class_s_[size_t(k)] = clock_.class_s[size_t(k)] - at_begin_.class_s[size_t(k)];
+    launch_s_ = clock_.launch_s - at_begin_.launch_s;
+    contention_s_ = clock_.contention_s - at_begin_.contention_s;
+  }
   double busy_s() const { return busy_s_; }
+  void fill(Prediction& p) const {
+    p.kernel_s = class_s_;
+    p.launch_s = launch_s_;
+    p.contention_s = contention_s_;
+  }
 
  private:
   std::vector<SimBackend*> backends_;  // one per comm stream
   TrafficAccount& account_;
   SimClock& clock_;
-  double busy_at_begin_ = 0, busy_s_ = 0;
+  SimClock at_begin_;
+  double busy_s_ = 0, launch_s_ = 0, contention_s_ = 0;
+  ClassSeconds class_s_{};
 };
 
 Topology simulated_topology(int N, int G, int partition, const Topology* topo) {
@@ -142,7 +155,39 @@ void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const Model
   }
 }
 
+// The step's relative uncertainty: each part of the step at its own stated spread (the
+// kernel classes, the launch floor, contention at the comm figure's, exposed communication),
+// weighted by its share of the step; at least 10 % for what no kernel carries (framework,
+// data loading, stragglers); doubled outside the validated region.
+void fill_uncertainty(Prediction& p, const PredictConfig& cfg, const Cluster& cluster, int N) {
+  if (p.step_s <= 0) return;
+  double u = 0;
+  for (int k = 0; k < kNumKernelClasses; ++k)
+    u += p.kernel_s[size_t(k)] * class_uncertainty(KernelClass(k));
+  u += p.launch_s * kLaunchUncertainty + (p.contention_s + p.exposed_s) * kCommUncertainty;
+  if (p.model_state_only) u += p.compute_s * class_uncertainty(KernelClass::kGemm);
+  u = std::max(0.10, u / p.step_s);
+  p.outside = outside_validated_region(cfg, cluster, N);
+  if (!p.outside.empty()) u *= 2;
+  p.uncertainty = u;
+  p.step_lo_s = p.step_s / (1 + u);
+  p.step_hi_s = p.step_s * (1 + u);
+}
+
 }  // namespace
+
+std::string outside_validated_region(const PredictConfig& cfg, const Cluster& cluster,
+                                     int world) {
+  const ModelShape& m = *cfg.model;
+  if (!cluster.kernels.validated) return "device " + cluster.device + " not validated";
+  if (cfg.options.precision != Precision::kBf16Mixed) return "precision not bf16-mixed";
+  if (m.bare) return "a bare parameter count";
+  if (m.num_params < 700'000'000ull || m.num_params > 80'000'000'000ull)
+    return "parameters outside 0.7-80 B";
+  if (m.config.seq_len < 1024 || m.config.seq_len > 8192) return "sequence outside 1024-8192";
+  if (world < 8 || world > 512) return "world outside 8-512";
+  return "";
+}
 
 PredictConfig predict_config_for(const RunConfig& run, const Topology& topo) {
   PredictConfig cfg;
@@ -212,6 +257,8 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   p.traffic = step_account.finish();
   fill_time(p, run, measured.busy_s(), shape, cfg, cluster, N);
   if (!shape.bare) p.phases = run.phases;
+  if (!shape.bare) measured.fill(p);
+  fill_uncertainty(p, cfg, cluster, N);
   return p;
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/predict/cluster.h"
+#include "harness/predict/kernel_cost.h"
 #include "harness/predict/model_shape.h"
 #include "harness/predict/traffic.h"
 #include "harness/run/trainer.h"
@@ -47,7 +48,20 @@ struct Prediction {
   // The dry run's measured step by phase on the simulated clocks (PhaseClock, as a run's);
   // empty for a bare parameter count, whose compute is not run step by step.
   std::vector<StepPhases> phases;
+  // compute_s by where it went (the measured step's kernels): each class, the launch floor and
+  // the slow-down beside collectives; they sum to compute_s.
+  ClassSeconds kernel_s{};
+  double launch_s = 0, contention_s = 0;
+  // The stated uncertainty of step_s (relative, one side) and its range; `outside` names why a
+  // point lies outside the validated region (empty inside), where the range is doubled.
+  double uncertainty = 0, step_lo_s = 0, step_hi_s = 0;
+  std::string outside;
 };
+
+// The region bench/published validates (calibration and held-out runs): a device marked
+// validated, bf16-mixed, 0.7-80 B parameters, sequence 1024-8192, 8-512 ranks. Empty when cfg
+// lies inside it, else the first reason it does not.
+std::string outside_validated_region(const PredictConfig& cfg, const Cluster& cluster, int world);
 
 // The prediction config of a run's own config on its topology.
 PredictConfig predict_config_for(const RunConfig& run, const Topology& topo);

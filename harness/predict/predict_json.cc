@@ -46,6 +46,23 @@ json predict_config_json(const PredictConfig& cfg) {
               {"mem_limit_gb", cfg.mem_limit_gb}};
 }
 
+// Where the predicted step's compute time went, by kernel class, and the step by phase.
+static json time_breakdown_json(const Prediction& p) {
+  json kernels;
+  for (int k = 0; k < kNumKernelClasses; ++k)
+    kernels[kernel_class_name(KernelClass(k))] = p.kernel_s[size_t(k)];
+  kernels["launch_floor"] = p.launch_s;
+  kernels["comm_contention"] = p.contention_s;
+  json j = {{"kernels", kernels}, {"compute", p.compute_s}, {"comm_exposed", p.exposed_s}};
+  if (!p.phases.empty()) {
+    const StepPhases& ph = p.phases.back();
+    j["phases"] = {{"forward", ph.forward_s},         {"backward", ph.backward_s},
+                   {"optimizer", ph.optimizer_s},     {"exposed_comm", ph.exposed_comm_s},
+                   {"other", ph.other_s}};
+  }
+  return j;
+}
+
 json prediction_json(const Prediction& p) {
   const StrategyDescription& d = p.description;
   json shards = json::array();
@@ -113,7 +130,12 @@ json prediction_json(const Prediction& p) {
         {"comm_exposed", p.exposed_s},
         {"total_overlap", p.total_overlap_s},
         {"total_no_overlap", p.total_no_overlap_s},
-        {"predicted", p.step_s}}},
+        {"predicted", p.step_s},
+        {"uncertainty", p.uncertainty},
+        {"range", {p.step_lo_s, p.step_hi_s}},
+        {"validated_region", p.outside.empty()},
+        {"outside_validated_region", p.outside}}},
+      {"time_breakdown_s", time_breakdown_json(p)},
       {"throughput",
        {{"tokens_per_s", p.tokens_per_s},
         {"mfu", p.mfu},
@@ -142,8 +164,12 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                                                    : hardware_flop_formula(cfg.model->config)},
                 {"step_time",
                  "a dry run of the strategy's step on a simulated device and backend: each "
-                 "kernel = matmul flops / (peak * compute_efficiency) or memory-bound bytes / "
-                 "memory_bw_bytes_per_s, times max(1, world / host_cores); each collective = "
+                 "kernel by kernel_cost.h (GEMM flops / (peak * gemm_ceiling * tile and wave "
+                 "quantisation of its shape), fused attention at flash_fwd/flash_bwd of peak, "
+                 "memory-bound bytes / (memory_bw_bytes_per_s * mem_bw_fraction), at least "
+                 "launch_s; on the SMs a running collective leaves; clusters without a kernel "
+                 "model: flops / (peak * compute_efficiency)), times max(1, world / host_cores); "
+                 "range = predicted / (1 + u) .. predicted * (1 + u); each collective = "
                  "ring steps * alpha + bytes / (bw * comm_efficiency) of its slowest hop class, "
                  "on one communication stream from max(issue, stream free); predicted = the "
                  "simulated step, waits included; total_no_overlap = compute + comm"}}},

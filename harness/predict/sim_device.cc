@@ -31,10 +31,10 @@ class SimDevice final : public Device {
                         },
                         [](void*) {}};
   }
-  void copy_to_device(void*, const void*, size_t bytes) override { memory(bytes); }
-  void copy_to_host(void*, const void*, size_t bytes) override { memory(bytes); }
-  void copy(void*, const void*, size_t bytes) override { memory(2 * bytes); }
-  void fill_zero(void*, size_t bytes) override { memory(bytes); }
+  void copy_to_device(void*, const void*, size_t bytes) override { memory(bytes, kCopy); }
+  void copy_to_host(void*, const void*, size_t bytes) override { memory(bytes, kCopy); }
+  void copy(void*, const void*, size_t bytes) override { memory(2.0 * double(bytes), kCopy); }
+  void fill_zero(void*, size_t bytes) override { memory(bytes, kCopy); }
 
   // bf16 matmuls on a GPU cluster hold the CUDA device's two operand slots, at their size
   // after the first step (bf16_operand_bytes, checked against the CUDA device in its tests).
@@ -48,54 +48,67 @@ class SimDevice final : public Device {
 
   void gemm(bool, bool, int m, int n, int k, float, const float*, int, const float*, int, float,
             float*, int) override {
-    flops(2.0 * m * n * k);
+    matmul(m, n, k);
   }
+  // y = x W^T: rows x out over in; backward dx = dy W (rows x in over out) and
+  // dW = dy^T x (out x in over rows).
   void linear_forward(float*, const float*, const float*, const float*, int rows, int in,
                       int out) override {
-    flops(2.0 * rows * in * out);
+    matmul(rows, out, in);
   }
   void linear_backward(float* dx, float*, float*, const float*, const float*, const float*,
                        int rows, int in, int out) override {
-    flops((dx != nullptr ? 4.0 : 2.0) * rows * in * out);
+    if (dx != nullptr) matmul(rows, in, out);
+    matmul(out, in, rows);
   }
   void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
                          int rows, int C) override {
-    memory(8.0 * rows * C);
+    memory(8.0 * rows * C, kNorm);
   }
   void layernorm_backward(float*, float*, float*, const float*, const float*, const float*,
                           const float*, const float*, int rows, int C) override {
-    memory(16.0 * rows * C);
+    memory(16.0 * rows * C, kNorm);
   }
   void gelu_forward(float*, const float*, size_t n) override { memory(8.0 * double(n)); }
   void gelu_backward(float*, const float*, const float*, size_t n) override {
     memory(12.0 * double(n));
   }
   // Scores and values, forward 2·2·B·T²·C, backward twice that (PaLM appendix B's 12·L·C·T
-  // per token over both passes).
-  void attention_forward(float*, float*, const float*, int B, int T, int C, int) override {
-    flops(4.0 * B * double(T) * T * C);
+  // per token over both passes): per head, Q K^T is T x T over hd and P V is T x hd over T.
+  void attention_forward(float*, float*, const float*, int B, int T, int C, int NH) override {
+    const double rows = double(B) * NH * T, hd = double(C) / NH;
+    attention(gemm_seconds(cluster_, bf16_, rows, T, hd, sms()) +
+                  gemm_seconds(cluster_, bf16_, rows, hd, T, sms()),
+              gemm_seconds(cluster_, bf16_, rows, T, hd, contended_sms()) +
+                  gemm_seconds(cluster_, bf16_, rows, hd, T, contended_sms()));
   }
   void attention_backward(float*, float*, const float*, const float*, const float*, int B, int T,
-                          int C, int) override {
-    flops(8.0 * B * double(T) * T * C);
+                          int C, int NH) override {
+    const double rows = double(B) * NH * T, hd = double(C) / NH;
+    attention(2 * (gemm_seconds(cluster_, bf16_, rows, T, hd, sms()) +
+                   gemm_seconds(cluster_, bf16_, rows, hd, T, sms())),
+              2 * (gemm_seconds(cluster_, bf16_, rows, T, hd, contended_sms()) +
+                   gemm_seconds(cluster_, bf16_, rows, hd, T, contended_sms())));
   }
   // Fused: the same model FLOPs forward; backward recomputes the scores (one more T²·C
   // product: FlashAttention-2 §3.1.2's 5 matmuls against 4), so 2.5x the forward.
   void flash_attention_forward(float*, float*, const float*, int B, int T, int C,
                                int) override {
-    flops(4.0 * B * double(T) * T * C);
+    const double t = flash_seconds(cluster_, bf16_, 4.0 * B * double(T) * T * C, false);
+    attention(t, t * sm_share());
   }
   void flash_attention_backward(float*, float*, const float*, const float*, const float*,
                                 const float*, int B, int T, int C, int) override {
-    flops(10.0 * B * double(T) * T * C);
+    const double t = flash_seconds(cluster_, bf16_, 10.0 * B * double(T) * T * C, true);
+    attention(t, t * sm_share());
   }
   // The Llama block's elementwise kernels: bytes read and written once, fp32.
   void rmsnorm_forward(float*, float*, const float*, const float*, int rows, int C) override {
-    memory(8.0 * rows * C);
+    memory(8.0 * rows * C, kNorm);
   }
   void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*,
                         int rows, int C) override {
-    memory(16.0 * rows * C);
+    memory(16.0 * rows * C, kNorm);
   }
   void swiglu_forward(float*, const float*, int rows, int F) override { memory(12.0 * rows * F); }
   void swiglu_backward(float*, const float*, const float*, int rows, int F) override {
@@ -128,24 +141,57 @@ class SimDevice final : public Device {
   void scale_inplace(float*, float, size_t n) override { memory(8.0 * double(n)); }
   void adamw(float*, const float*, float*, float*, size_t n, float, float, float, float, float,
              int, float) override {
-    memory(28.0 * double(n));  // read p, g, m, v; write p, m, v
+    memory(28.0 * double(n), kOptimizer);  // read p, g, m, v; write p, m, v
   }
-  void bf16_to_f32(float*, const uint16_t*, size_t n) override { memory(6.0 * double(n)); }
-  void f32_to_bf16(uint16_t*, const float*, size_t n) override { memory(6.0 * double(n)); }
+  void bf16_to_f32(float*, const uint16_t*, size_t n) override {
+    memory(6.0 * double(n), kCopy);
+  }
+  void f32_to_bf16(uint16_t*, const float*, size_t n) override {
+    memory(6.0 * double(n), kCopy);
+  }
 
  private:
-  void advance(double seconds) {
+  static constexpr KernelClass kNorm = KernelClass::kNorm, kCopy = KernelClass::kCopy,
+                               kOptimizer = KernelClass::kOptimizer;
+
+  // One kernel: `alone` seconds on the whole device, `contended` on what a collective in flight
+  // leaves; the part of it that overlaps the comm streams' busy time runs at the contended
+  // rate. At least one launch; slowed by oversubscription.
+  void advance(KernelClass k, double alone, double contended) {
     // Where communication takes the compute's cores, a kernel waits for the stream to be idle.
     const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_idle_s())
                                        : clock_.compute_s;
-    clock_.compute_s = start + seconds * slow_;
-    clock_.busy_s += seconds * slow_;
+    double t = alone;
+    const double beside = clock_.comm_idle_s() - start;  // comm busy after this kernel starts
+    if (!clock_.serial && contended > alone && beside > 0)
+      t = beside >= contended ? contended : beside + (1 - beside / contended) * alone;
+    const double floor = std::max(0.0, cluster_.kernels.launch_s - t);
+    clock_.class_s[int(k)] += alone * slow_;
+    clock_.contention_s += (t - alone) * slow_;
+    clock_.launch_s += floor * slow_;
+    t = (t + floor) * slow_;
+    clock_.compute_s = start + t;
+    clock_.busy_s += t;
   }
-  void flops(double f) {
-    advance(f / (cluster_.peak_flops(bf16_) * cluster_.compute_efficiency));
+  int sms() const { return cluster_.kernels.sm_count; }
+  int contended_sms() const {
+    return std::max(1, cluster_.kernels.sm_count - cluster_.kernels.comm_sms);
   }
-  void memory(double bytes) {
-    if (cluster_.memory_bw_bytes_per_s > 0) advance(bytes / cluster_.memory_bw_bytes_per_s);
+  // A kernel that fills the device runs at the share of SMs a collective leaves it.
+  double sm_share() const {
+    return sms() > 0 ? double(sms()) / contended_sms() : 1.0;
+  }
+  void matmul(double m, double n, double k) {
+    advance(KernelClass::kGemm, gemm_seconds(cluster_, bf16_, m, n, k, sms()),
+            gemm_seconds(cluster_, bf16_, m, n, k, contended_sms()));
+  }
+  void attention(double alone, double contended) {
+    advance(KernelClass::kAttention, alone, contended);
+  }
+  void memory(double bytes, KernelClass k = KernelClass::kElementwise) {
+    const double t = memory_seconds(cluster_, bytes);
+    if (t <= 0 && cluster_.kernels.launch_s <= 0) return;  // not modelled: no wait either
+    advance(k, t, t);
   }
 
   const Cluster& cluster_;

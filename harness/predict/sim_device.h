@@ -11,6 +11,7 @@
 #include "harness/device/device.h"
 #include "harness/model/config.h"
 #include "harness/predict/cluster.h"
+#include "harness/predict/kernel_cost.h"
 
 namespace sb {
 
@@ -24,11 +25,15 @@ struct SimClock {
   }
   double busy_s = 0;       // kernel time so far (compute without the waits)
   bool serial = false;     // ranks outnumber cores: communication takes the compute's cores
+  // busy_s by where it went: each kernel class at its own rate, the launch floor of kernels
+  // shorter than a launch, and the slow-down of kernels that ran beside a collective.
+  ClassSeconds class_s{};
+  double launch_s = 0, contention_s = 0;
 };
 
-// Kernel costs: matmuls FLOPs / (peak x compute_efficiency) at the matmul precision in force;
-// memory-bound kernels bytes / the cluster's memory bandwidth (free where it is 0); both
-// slowed by the cluster's oversubscription at this world size.
+// Kernel costs: kernel_cost.h's rules at the matmul precision in force; a GEMM or attention
+// kernel that starts while a collective is in flight runs on the SMs the collective leaves
+// (KernelModel::comm_sms); every kernel slowed by the cluster's oversubscription.
 std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,
                                         const GptConfig* model, int batch_per_rank);
 

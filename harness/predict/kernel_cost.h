@@ -1,0 +1,41 @@
+// Per-kernel time on the simulated device, from the cluster's KernelModel (cluster.h): GEMMs
+// at peak x the device's large-GEMM ceiling x tile and wave quantisation of their shape (NVIDIA
+// "Matrix Multiplication Background User's Guide"); fused attention at the flash kernel's
+// published efficiency; memory-bound kernels as bytes over the achieved memory bandwidth;
+// every kernel at least one launch. Pure functions, so the tests can pin each rule alone.
+#pragma once
+
+#include <array>
+
+#include "harness/predict/cluster.h"
+
+namespace sb {
+
+// What the breakdown of a predicted step sums time by.
+enum class KernelClass { kGemm, kAttention, kNorm, kElementwise, kOptimizer, kCopy };
+constexpr int kNumKernelClasses = 6;
+const char* kernel_class_name(KernelClass k);
+using ClassSeconds = std::array<double, kNumKernelClasses>;
+
+// The fraction of the large-GEMM rate an m x n (x k) GEMM reaches on `sms` free SMs: the best
+// tile of cuBLAS's set, each tile's own rate relative to the largest times its output's tile
+// and wave quantisation. 1 where the device has no SMs (a CPU core).
+double gemm_shape_efficiency(const KernelModel& km, double m, double n, int sms);
+
+// True where the kernel model applies; false: the older peak x compute_efficiency rule (a file
+// without a KernelModel, or a CPU whose memory bandwidth was not measured: its fitted
+// compute_efficiency already folds the memory-bound kernels in).
+bool kernel_model_on(const Cluster& c);
+
+// Seconds of one kernel, before oversubscription and contention.
+double gemm_seconds(const Cluster& c, bool bf16, double m, double n, double k, int sms);
+// flops: the kernel's model FLOPs as sim_device counts them (non-causal); causal flash kernels
+// skip the masked half of the score tiles (FlashAttention-2 counts causal FLOPs as half).
+double flash_seconds(const Cluster& c, bool bf16, double flops, bool backward);
+double memory_seconds(const Cluster& c, double bytes);
+// The step-time uncertainty of a class, relative (the constants' stated spread).
+double class_uncertainty(KernelClass k);
+constexpr double kCommUncertainty = 0.25;   // alpha-beta of nccl-tests bus bandwidth
+constexpr double kLaunchUncertainty = 0.5;  // launch floor: an order-of-magnitude figure
+
+}  // namespace sb
