@@ -150,6 +150,7 @@ json point_json(const Point& pt) {
 bool print_set(const std::vector<Point>& points, const SetBound& b, json& sets) {
   std::vector<double> errs;
   bool each_ok = true;
+  int covered = 0;  // published figure inside the predicted range
   fmt::print("\n{} (bound: each |error| <= {:.0f} %, median <= {:.0f} %)\n", b.name, b.each * 100,
              b.median * 100);
   fmt::print("{:<34} {:>10} {:>10} {:>17} {:>8} {:>6} {:>5}\n", "run", "published", "predicted",
@@ -160,6 +161,8 @@ bool print_set(const std::vector<Point>& points, const SetBound& b, json& sets) 
     errs.push_back(std::fabs(pt.error));
     const bool ok = std::fabs(pt.error) <= b.each;
     each_ok = each_ok && ok;
+    covered += r["predicted_range"][0].get<double>() <= pt.published &&
+               pt.published <= r["predicted_range"][1].get<double>();
     fmt::print("{:<34} {:>10.0f} {:>10.0f} {:>17} {:>+7.1f}% {:>6.2f} {:>5}{}\n", pt.id,
                pt.published, pt.predicted,
                fmt::format("{:.0f}-{:.0f}", r["predicted_range"][0].get<double>(),
@@ -168,11 +171,13 @@ bool print_set(const std::vector<Point>& points, const SetBound& b, json& sets) 
   }
   const double med = median(errs);
   const bool ok = each_ok && med <= b.median && !errs.empty();
-  fmt::print("{}: {} runs, median |error| {:.1f} %, max {:.1f} %: {}\n", b.name, errs.size(),
-             med * 100, errs.empty() ? 0.0 : *std::max_element(errs.begin(), errs.end()) * 100,
-             ok ? "within bounds" : "OUTSIDE bounds");
+  fmt::print("{}: {} runs, median |error| {:.1f} %, max {:.1f} %, published inside the "
+             "predicted range {} of {}: {}\n", b.name, errs.size(), med * 100,
+             errs.empty() ? 0.0 : *std::max_element(errs.begin(), errs.end()) * 100, covered,
+             errs.size(), ok ? "within bounds" : "OUTSIDE bounds");
   sets[b.name] = {{"runs", errs.size()},
                   {"median_abs_error", med},
+                  {"inside_range", covered},
                   {"bound_each", b.each},
                   {"bound_median", b.median},
                   {"within_bounds", ok}};

@@ -156,7 +156,7 @@ class SimDevice final : public Device {
 
   // One kernel: `alone` seconds on the whole device, `contended` on what a collective in flight
   // leaves; the part of it that overlaps the comm streams' busy time runs at the contended
-  // rate. At least one launch; slowed by oversubscription.
+  // rate. At least one launch (but copies); slowed by oversubscription.
   void advance(KernelClass k, double alone, double contended) {
     // Where communication takes the compute's cores, a kernel waits for the stream to be idle.
     const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_idle_s())
@@ -165,7 +165,9 @@ class SimDevice final : public Device {
     const double beside = clock_.comm_idle_s() - start;  // comm busy after this kernel starts
     if (!clock_.serial && contended > alone && beside > 0)
       t = beside >= contended ? contended : beside + (1 - beside / contended) * alone;
-    const double floor = std::max(0.0, cluster_.kernels.launch_s - t);
+    // Copies are the strategies' layout bookkeeping (per-rank chunks of a gathered buffer),
+    // which PyTorch and DeepSpeed fold into views of the collective's buffer: no launch floor.
+    const double floor = k == kCopy ? 0.0 : std::max(0.0, cluster_.kernels.launch_s - t);
     clock_.class_s[int(k)] += alone * slow_;
     clock_.contention_s += (t - alone) * slow_;
     clock_.launch_s += floor * slow_;
@@ -190,7 +192,7 @@ class SimDevice final : public Device {
   }
   void memory(double bytes, KernelClass k = KernelClass::kElementwise) {
     const double t = memory_seconds(cluster_, bytes);
-    if (t <= 0 && cluster_.kernels.launch_s <= 0) return;  // not modelled: no wait either
+    if (t <= 0 && (cluster_.kernels.launch_s <= 0 || k == kCopy)) return;  // no cost, no wait
     advance(k, t, t);
   }
 

@@ -1,0 +1,100 @@
+// The simulated device's per-kernel time rules (kernel_cost.h), each pinned against its own
+// closed form; the predicted step's breakdown partitioning the compute time; the CPU preset
+// keeping its fitted rule until its memory bandwidth is measured; and the stated uncertainty.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/predict/predict.h"
+
+namespace sb {
+namespace {
+
+TEST(KernelCost, GemmWavesOfTheLargestTileAreFullAndOneTileMoreCostsAWave) {
+  const Cluster a100 = load_cluster("dgx-a100-80g");
+  const KernelModel& km = a100.kernels;
+  ASSERT_EQ(km.sm_count, 108);
+  // 12 x 9 tiles of 256 x 128 = 108: one full wave at the largest tile's rate.
+  EXPECT_DOUBLE_EQ(gemm_shape_efficiency(km, 256 * 12, 128 * 9, 108), 1.0);
+  // One more row of 256 x 128 tiles (117 tiles) needs a second wave of that tile: the best tile
+  // is at most what 128 x 128 tiles give (24 x 9 = 216 tiles, 2 full waves, rate 0.9).
+  const double e = gemm_shape_efficiency(km, 256 * 13, 128 * 9, 108);
+  EXPECT_LT(e, 0.95);
+  EXPECT_GE(e, 117.0 * 256 * 128 / (2.0 * 256 * 128 * 108) - 1e-12);
+  // Fewer free SMs (a collective holds 24): the one-wave shape needs two waves now.
+  EXPECT_LT(gemm_shape_efficiency(km, 256 * 12, 128 * 9, 108 - 24), 0.9);
+  // A CPU core has no waves.
+  EXPECT_DOUBLE_EQ(gemm_shape_efficiency(KernelModel{}, 7, 13, 0), 1.0);
+  // The time of a full-wave GEMM is its FLOPs at the ceiling: 267.9 TF/s (the MAMF figure).
+  const double m = 256 * 12, n = 128 * 9, k = 4096;
+  EXPECT_NEAR(gemm_seconds(a100, true, m, n, k, 108), 2 * m * n * k / 267.9e12, 1e-15);
+}
+
+TEST(KernelCost, FlashAttentionSkipsTheCausalHalfAtThePublishedEfficiency) {
+  const Cluster h100 = load_cluster("dgx-h100");
+  const double flops = 1e12;
+  EXPECT_NEAR(flash_seconds(h100, true, flops, false), 0.5 * flops / (989.5e12 * 0.35), 1e-15);
+  const Cluster a100 = load_cluster("dgx-a100-80g");
+  EXPECT_NEAR(flash_seconds(a100, true, flops, true), 0.5 * flops / (312e12 * 0.63), 1e-15);
+  EXPECT_NEAR(memory_seconds(a100, 1e9), 1e9 / (2.039e12 * 0.9), 1e-15);
+}
+
+TEST(KernelCost, CpuPresetKeepsItsFittedRuleUntilItsBandwidthIsMeasured) {
+  Cluster cpu = load_cluster("cpu-local");
+  EXPECT_FALSE(kernel_model_on(cpu));
+  EXPECT_NEAR(gemm_seconds(cpu, false, 100, 200, 300, 0), 2.0 * 100 * 200 * 300 / (130e9 * 0.8),
+              1e-15);
+  cpu.memory_bw_bytes_per_s = 10e9;  // a calibrated cluster: the sgemm itself is the ceiling
+  EXPECT_TRUE(kernel_model_on(cpu));
+  EXPECT_NEAR(gemm_seconds(cpu, false, 100, 200, 300, 0), 2.0 * 100 * 200 * 300 / 130e9, 1e-15);
+  EXPECT_NEAR(memory_seconds(cpu, 1e9), 0.1, 1e-12);
+}
+
+PredictConfig llama7b(int world) {
+  PredictConfig cfg;
+  cfg.model = model_shape(parse_predict_model("llama2-7b"));
+  cfg.world = world;
+  cfg.ranks_per_node = 8;
+  cfg.batch_per_rank = 1;
+  cfg.options.precision = Precision::kBf16Mixed;
+  return cfg;
+}
+
+TEST(KernelCost, BreakdownPartitionsTheComputeTimeAndContentionOnlySlowsIt) {
+  Cluster a100 = load_cluster("dgx-a100-80g");
+  const PredictConfig cfg = llama7b(16);
+  for (const std::string& s : {std::string("ddp"), std::string("zero3"),
+                               std::string("fsdp_full_shard")}) {
+    const Prediction p = predict(cfg, s, a100);
+    double sum = p.launch_s + p.contention_s;
+    for (double x : p.kernel_s) sum += x;
+    EXPECT_NEAR(sum, p.compute_s, 1e-9 * p.compute_s) << s;
+    EXPECT_GT(p.kernel_s[int(KernelClass::kGemm)], p.kernel_s[int(KernelClass::kAttention)]) << s;
+    EXPECT_GT(p.kernel_s[int(KernelClass::kOptimizer)], 0) << s;
+    Cluster free_sms = a100;
+    free_sms.kernels.comm_sms = 0;
+    const Prediction q = predict(cfg, s, free_sms);
+    EXPECT_EQ(q.contention_s, 0) << s;
+    EXPECT_LE(q.step_s, p.step_s) << s;
+    EXPECT_EQ(q.peak, p.peak) << s << ": time rules never change bytes";
+    EXPECT_EQ(q.traffic.max_rank_sent, p.traffic.max_rank_sent) << s;
+  }
+}
+
+TEST(KernelCost, RangeHoldsTheStepAndWidensOutsideTheValidatedRegion) {
+  const PredictConfig cfg = llama7b(16);
+  const Prediction in = predict(cfg, "fsdp_full_shard", load_cluster("dgx-h100"));
+  EXPECT_TRUE(in.outside.empty()) << in.outside;
+  EXPECT_GE(in.uncertainty, 0.10);
+  EXPECT_LT(in.step_lo_s, in.step_s);
+  EXPECT_GT(in.step_hi_s, in.step_s);
+  EXPECT_NEAR(in.step_hi_s / in.step_s, 1 + in.uncertainty, 1e-12);
+  // The same job on an H200 (same kernel constants, not validated): twice the spread.
+  const Prediction out = predict(cfg, "fsdp_full_shard", load_cluster("h200"));
+  EXPECT_FALSE(out.outside.empty());
+  EXPECT_GE(out.uncertainty, 0.20);
+  EXPECT_NE(outside_validated_region(llama7b(4), load_cluster("dgx-h100"), 4), "");
+}
+
+}  // namespace
+}  // namespace sb
