@@ -7,16 +7,19 @@
 
 usage: python3 plots/report_html.py RESULTS.json [MORE.json ...] --out report.html
            [--labels A,B,...] [--baseline BASE.json] [--history DIR] [--trace-dir DIR]
+           [--validation VALIDATION.json]
 
 The last file is the run the tables describe (one row per strategy); every file is drawn in
 the plots. --baseline adds compare.py's verdicts against that file; --history adds trends over
 the dated results in DIR (results/nightly/*.json, ordered by created_utc); --trace-dir adds
-the one-step timeline from `shardbench run --trace`. The page fetches nothing: charts are
+the one-step timeline from `shardbench run --trace`; --validation adds the predictor's table
+against published runs (`shardbench validate --json`). The page fetches nothing: charts are
 inline SVG, styles and the self-check script inline. Exit 0 written; 2 bad input.
 """
 import argparse
 import html
 import io
+import json
 import math
 import sys
 import tempfile
@@ -166,6 +169,31 @@ def residuals_section(run, names):
     return table(head, rows, "residuals")
 
 
+def validation_section(path):
+    """`shardbench validate --json`'s table: predicted beside published, per set."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        runs, sets = doc["runs"], doc["sets"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f'<p class="bad">--validation {esc(path)}: not a validation file ({esc(e)})</p>'
+    head = ["run", "set", "published tok/s/GPU", "predicted", "range", "error", "fits"]
+    rows, cls = [], []
+    for r in runs:
+        lo, hi = r["predicted_range"]
+        bound = sets.get(r["set"], {}).get("bound_each", 0)
+        rows.append([r["id"], r["set"], num(r["published_tokens_per_s_per_gpu"], ".0f"),
+                     num(r["predicted_tokens_per_s_per_gpu"], ".0f"), f"{lo:.0f}-{hi:.0f}",
+                     num(r["error"], "+.1%"), "yes" if r["fits"] else "NO"])
+        cls.append("REGRESSED" if abs(r["error"]) > bound else "")
+    notes = "; ".join(f"{esc(k)}: median |error| {v['median_abs_error']:.1%} (bound "
+                      f"{v['bound_median']:.0%}, each {v['bound_each']:.0%}), "
+                      f"{'within' if v['within_bounds'] else 'OUTSIDE'} bounds"
+                      for k, v in sets.items())
+    return (table(head, rows, "validation", cls) +
+            f'<p class="note">{notes}. Commit {esc(doc.get("git_commit"))}, '
+            f'{esc(doc.get("created_utc"))}; sources in bench/published.</p>')
+
+
 def baseline_section(base_path, new_doc):
     """compare.py's rows and verdicts (its defaults), or why the files cannot be compared."""
     try:
@@ -249,6 +277,8 @@ def page(args, runs, names, plt):
              "the comm thread's time in collectives; overlap: share of busy time hidden behind "
              "compute. forward + backward + optimizer + exposed + other = step, per step.</p>",
              "<h2>Predicted vs measured</h2>", residuals_section(run, names)]
+    if args.validation:
+        parts += ["<h2>Predictor against published runs</h2>", validation_section(args.validation)]
     if args.baseline:
         parts += ["<h2>Against the baseline</h2>", baseline_section(args.baseline, doc)]
     if args.history:
@@ -272,6 +302,7 @@ def main(argv):
     ap.add_argument("--baseline", help="results file to compare the last file against")
     ap.add_argument("--history", help="folder of dated results files (nightly)")
     ap.add_argument("--trace-dir", help="folder of `shardbench run --trace` files")
+    ap.add_argument("--validation", help="`shardbench validate --json` file: its table")
     args = ap.parse_args(argv)
     for flag, path in (("--history", args.history), ("--trace-dir", args.trace_dir)):
         if path and not Path(path).is_dir():

@@ -376,6 +376,30 @@ class PlotTest(Base):
         self.assertNotIn("not drawn", page)
         self.assertNotRegex(page, r'(src|href)="(https?:)?//')
 
+    def test_html_report_carries_the_validation_table(self):
+        new = self.write("new.json", make_results(seed=2))
+        runs = [{"id": "a", "set": "calibration", "published_tokens_per_s_per_gpu": 100.0,
+                 "predicted_tokens_per_s_per_gpu": 105.0, "predicted_range": [90.0, 120.0],
+                 "error": 0.05, "fits": True},
+                {"id": "b", "set": "held_out", "published_tokens_per_s_per_gpu": 100.0,
+                 "predicted_tokens_per_s_per_gpu": 140.0, "predicted_range": [120.0, 160.0],
+                 "error": 0.40, "fits": False}]
+        sets = {s: {"median_abs_error": e, "bound_each": b, "bound_median": m,
+                    "within_bounds": ok, "runs": 1}
+                for s, e, b, m, ok in (("calibration", 0.05, 0.2, 0.1, True),
+                                       ("held_out", 0.4, 0.3, 0.15, False))}
+        val = self.write("val.json", {"kind": "validation", "runs": runs, "sets": sets})
+        out = self.dir / "v.html"
+        rc, text = run(REPORT, new, "--validation", val, "--out", out)
+        self.assertEqual(rc, 0, text)
+        page = out.read_text()
+        body = page[page.index('<table id="validation">'):]
+        body = body[:body.index("</table>")]
+        self.assertEqual(body.count("<tr"), 3)
+        self.assertEqual(body.count('class="REGRESSED"'), 1)  # b: 40 % against a 30 % bound
+        self.assertIn("<td>+40.0%</td>", body)
+        self.assertIn("held_out: median |error| 40.0%", page)
+
     def test_corrupt_input_exits_2(self):
         bad = self.write("bad.json", "{\"suite\": \"shardbench\", ")
         rc, out = run(PLOT, bad, "--out", self.dir / "x", subprocess_=True)

@@ -17,7 +17,7 @@ namespace {
 
 struct ReportArgs {
   std::vector<std::string> files;
-  std::string out, labels, baseline, history, trace_dir;
+  std::string out, labels, baseline, history, trace_dir, validation;
 };
 ReportArgs report_args;
 
@@ -34,6 +34,8 @@ void add_report_command(CLI::App& app) {
   rep->add_option("--baseline", a.baseline, "results file to compare against (compare.py)");
   rep->add_option("--history", a.history, "folder of dated results files: trends");
   rep->add_option("--trace-dir", a.trace_dir, "folder of `run --trace` files: timelines");
+  rep->add_option("--validation", a.validation,
+                  "`shardbench validate --json` file: the predictor's published-runs table");
 }
 
 int report_command() {
@@ -43,6 +45,8 @@ int report_command() {
       throw UsageError("report: '" + f + "' is not a readable results file");
   if (!a.baseline.empty() && !std::filesystem::is_regular_file(a.baseline))
     throw UsageError("report --baseline '" + a.baseline + "': no such file");
+  if (!a.validation.empty() && !std::filesystem::is_regular_file(a.validation))
+    throw UsageError("report --validation '" + a.validation + "': no such file");
   prepare_output_path("--out", a.out);  // the rule of every file the commands write
   const std::string python = "/usr/bin/python3";
   const std::string script = std::string(SB_SOURCE_DIR) + "/plots/report_html.py";
@@ -54,7 +58,8 @@ int report_command() {
                                                              {"--labels", &a.labels},
                                                              {"--baseline", &a.baseline},
                                                              {"--history", &a.history},
-                                                             {"--trace-dir", &a.trace_dir}};
+                                                             {"--trace-dir", &a.trace_dir},
+                                                             {"--validation", &a.validation}};
   for (const auto& [flag, value] : opts)
     if (!value->empty()) argv.insert(argv.end(), {flag, *value});
   std::vector<char*> c_argv;
