@@ -157,6 +157,10 @@ CASES = [
     (["predict", "--model", "tiny", "--mem-limit-gb", "inf"], "--mem-limit-gb"),
     (["predict", "--model", "tiny", "--json", "/tmp"], "--json /tmp: is a directory"),
     (["predict", "--model", "tiny", "--json", "/proc/p.json"], "--json /proc/p.json"),
+    (["predict", "--model", "tiny", "--cluster", os.path.join(HERE, "cluster_bad_kernels.json")],
+     "gemm_ceiling"),
+    (["validate", "--dir", "/nonexistent-published"], "--dir /nonexistent-published"),
+    (["validate", "--dir", HERE], "--dir"),
     (["export", "--format", "github-action-benchmark", "x.json"], "--tool is required"),
     (["export", "--format", "bencher", "--tool", "bigger", "x.json"], "--tool"),
 ]
