@@ -13,6 +13,8 @@ TEST(ClusterMatch, CudaDeviceNamesFindTheirPresetAndOnlyIt) {
   EXPECT_EQ(preset_for_cuda_device("NVIDIA A100-SXM4-80GB"), "dgx-a100-80g");
   EXPECT_EQ(preset_for_cuda_device("NVIDIA H100 80GB HBM3"), "dgx-h100");
   EXPECT_EQ(preset_for_cuda_device("NVIDIA H200"), "h200");
+  // as the run passes it: CudaDevice::name() is "cuda:<index> " + cudaDeviceProp::name
+  EXPECT_EQ(preset_for_cuda_device("cuda:3 NVIDIA H100 80GB HBM3"), "dgx-h100");
   // other boards, other memory sizes, other chips: no preset rather than a wrong one
   for (const char* other : {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
                             "NVIDIA A100 80GB PCIe", "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
