@@ -218,6 +218,7 @@ mfu_table() {
 import json, os, sys
 print("| model | batch x seq | step (s, median) | tokens/s | TFLOP/s | MFU | peak reserved (GiB) |")
 print("|---|---|---|---|---|---|---|")
+notes = []
 for m in ("gpt2-124m", "gpt2-350m"):
     path = os.path.join(sys.argv[1], f"mfu_{m}.json")
     if not os.path.exists(path):
@@ -232,6 +233,13 @@ for m in ("gpt2-124m", "gpt2-350m"):
     print(f"| {m} | {c['batch_per_rank']} x {c['seq_len']} | {r['step_time_s']['median']:.4f} "
           f"| {t['tokens_per_s']:.0f} | {t['tflops']:.1f} | {100 * t['mfu']:.1f} % "
           f"| {dev.get('reserved_peak_bytes', 0) / 2**30:.1f} |")
+    # the embedded prediction describes this device (its preset), or says that none does
+    cl = doc.get("prediction_cluster")
+    used = f"{cl['name']} ({cl['device']})" if cl else \
+        "no preset: " + doc.get("prediction_cluster_note", "?")
+    notes.append(f"{m}: device {doc.get('device_name')}; predicted with {used}; "
+                 f"MFU denominator {t.get('peak_flops_source', '?')}")
+print("\n" + "\n".join(notes))
 EOF
 }
 export -f mfu_table

@@ -195,6 +195,14 @@ def regressed_rows(report):
     return {(r["strategy"], r["metric"]) for r in rows if r.get("verdict") == "REGRESSED"}
 
 
+def report_notes(report):
+    """compare.py --json's notes (a changed MFU denominator, ...) in `report`."""
+    try:
+        return json.loads(Path(report).read_text()).get("notes") or []
+    except (OSError, ValueError):
+        return []
+
+
 def judge_cell(args, cid, flags, out, extra):
     """The cell's comparison with its baseline; a regression is confirmed by a second run:
     it stands for the (strategy, metric) pairs that regress in both runs."""
@@ -202,6 +210,9 @@ def judge_cell(args, cid, flags, out, extra):
     report = out.parent / "compare" / out.name
     verdict, crc = compare_cell(baseline, out, report, args.threshold_pct)
     judged = {"baseline": str(baseline), "verdict": verdict, "exit_code": crc}
+    notes = report_notes(report)
+    if notes:  # e.g. MFU's denominator redefined: said once per cell, never a regression
+        judged["notes"] = notes
     if crc != 1 or args.no_confirm:
         return judged
     cverdict, ccrc = confirm_cell(Path(args.shardbench), flags, out.parent, cid, extra, baseline,
@@ -235,6 +246,9 @@ def summary(entries, out_dir):
         ok = sum(v == "ok" for v in e["strategies"].values())
         print(f"{e['id']:<34} {e['state']:<7} {ok:>2}/{len(requested(e['flags'])):<2} "
               f"{e['wall_s']:>7.1f}  {e.get('comparison', {}).get('verdict', '-')}")
+    notes = list(dict.fromkeys(n for e in entries for n in e.get("comparison", {}).get("notes", [])))
+    for n in notes:  # the same note for every cell is said once
+        print(f"note: {n}")
     cols = [e["id"].rsplit("-", 1)[0] for e in entries]
     print(f"\ntokens/s {'':<18} " + " ".join(f"{c:>18}" for c in cols))
     rates = {}

@@ -27,6 +27,12 @@ The rule (per strategy present in the baseline):
                        (lowest median: other load only slows a run down). Interleave them.
   exposed_s            reported, not gated: one number per file without samples, and the most
                        timing-sensitive figure (which collective waits depends on scheduling).
+  mfu                  reported, not gated (it follows the step time), and only where both
+                       results divide by the same definition of the peak
+                       (throughput.peak_basis.definition; files without it counted a CPU run's
+                       devices as min(world, cores x nodes), virtual nodes as machines). Where
+                       the definitions differ the row says "not compared" and one note says
+                       why, once per comparison: a changed denominator is not a regression.
   payload_bytes        deterministic: compared exactly; any increase is a regression.
   sent_bytes_intra     (--collectives ring counts them; mpi/NCCL model them — still a pure
   sent_bytes_inter     function of the configuration.)
@@ -178,6 +184,44 @@ EXACT_BYTES = (("payload_bytes", "comm.per_step.payload_bytes"),
                ("model_state_optimizer_bytes", "memory.model_state_bytes_per_rank.optimizer"))
 
 
+# What a file without throughput.peak_basis divided a CPU run by: min(world, cores x nodes),
+# virtual nodes counted as machines (about 2x the hardware on the default matrix).
+LEGACY_PEAK = "topology"
+
+
+def peak_basis(result):
+    """(definition, devices) of a result's MFU denominator."""
+    basis = (result.get("throughput") or {}).get("peak_basis") or {}
+    devices = basis.get("devices")
+    if devices is None and get(result, "throughput.peak_flops"):
+        devices = "?"
+    return basis.get("definition", LEGACY_PEAK), devices
+
+
+def mfu_row(name, b, n):
+    """MFU beside its denominator: compared only under one definition of the peak."""
+    bm, nm = get(b, "throughput.mfu"), get(n, "throughput.mfu")
+    (bd, bdev), (nd, ndev) = peak_basis(b), peak_basis(n)
+    if bm is None or nm is None:
+        return Row(name, "mfu", "-", "-", "-", "not gated", "no data")
+    if bd != nd:
+        return Row(name, "mfu", f"{bm:.1%} /{bdev}", f"{nm:.1%} /{ndev}", "-",
+                   f"peak: {bd} -> {nd}", "not compared")
+    return Row(name, "mfu", f"{bm:.1%}", f"{nm:.1%}", fmt_pct(rel(bm, nm)), "not gated", "info")
+
+
+def mfu_notes(base, new):
+    """One note per comparison whose MFU denominators are defined differently."""
+    n_by = by_name(new)
+    pairs = {(peak_basis(b)[0], peak_basis(n_by[s])[0]) for s, b in by_name(base).items()
+             if s in n_by and b.get("status") == "ok" and n_by[s].get("status") == "ok"}
+    pairs = {(bd, nd) for bd, nd in pairs if bd != nd}
+    return [f"MFU's denominator is defined differently (baseline: {bd}, new: {nd}; "
+            f"'{LEGACY_PEAK}' counted virtual nodes as machines, 'hardware' counts the physical "
+            f"cores of the distinct machines used): MFU is not compared, step time and bytes "
+            f"are. Re-record the baseline to compare MFU again." for bd, nd in sorted(pairs)]
+
+
 def step_time_rows(name, b, n, args):
     """Step time and tokens/s: a regression when the medians' 95 % CIs separate and the change
     passes the threshold (see the module doc)."""
@@ -221,6 +265,7 @@ def compare_strategy(name, b, n, args, overlap=True):
         bv, nv = get(b, key), get(n, key)
         rows.append(Row(name, metric, fmt_s(bv), fmt_s(nv),
                         fmt_pct(rel(bv, nv)) if None not in (bv, nv) else "-", "not gated", "info"))
+    rows.append(mfu_row(name, b, n))
 
     # deterministic, lower is better: exact, and peak memory within its observed spread
     peak_pct = args.peak_mem_pct if overlap else 0.0
@@ -394,11 +439,14 @@ def main(argv):
     print_table(rows)
 
     bad = [r for r in rows if r.regressed]
+    notes = mfu_notes(base, new)
+    for note in notes:
+        print(f"\nnote: {note}")
     if args.json:
         keys = ["strategy", "metric", "baseline", "new", "change", "allowed", "verdict"]
         with open(args.json, "w") as f:
-            json.dump({"regressed": bool(bad), "rows": [dict(zip(keys, r.cells)) for r in rows]},
-                      f, indent=1)
+            json.dump({"regressed": bool(bad), "notes": notes,
+                       "rows": [dict(zip(keys, r.cells)) for r in rows]}, f, indent=1)
     if bad:
         names = list(dict.fromkeys(r.cells[0] for r in bad))
         print(f"\nREGRESSION: {len(bad)} metric(s) in {len(names)} strategy(ies): "

@@ -474,6 +474,42 @@ class CompareTest(Base):
         self.assertIn("world_size", out)
 
 
+    def test_mfu_denominator_redefined_is_one_note_not_a_regression(self):
+        # A file from before throughput.peak_basis divided the default matrix by 4 "devices"
+        # (2 virtual nodes x 2 cores); the same run counted on the hardware divides by 2 cores:
+        # MFU doubles with no change in speed.
+        base = make_results()
+        new = copy.deepcopy(base)
+        for r in new["results"]:
+            r["throughput"]["mfu"] *= 2
+            r["throughput"]["peak_flops"] /= 2
+            r["throughput"]["peak_basis"] = {"definition": "hardware", "devices": 2}
+        report = self.dir / "report.json"
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new),
+                      "--json", report)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.count("MFU's denominator is defined differently"), 1, out)
+        doc = json.loads(report.read_text())
+        self.assertEqual(len(doc["notes"]), 1)
+        mfu = [r for r in doc["rows"] if r["metric"] == "mfu"]
+        self.assertEqual(len(mfu), len(base["results"]))
+        self.assertEqual({r["verdict"] for r in mfu}, {"not compared"})
+        # the note hides nothing else: a real slowdown under the new definition still fails
+        slow = make_results(seed=2, step_scale=1.3)
+        for r in slow["results"]:
+            r["throughput"]["peak_basis"] = {"definition": "hardware", "devices": 2}
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("c.json", slow),
+                      "--threshold-pct", "5")
+        self.assertEqual(rc, 1, out)
+        self.assertIn("MFU's denominator is defined differently", out)
+        # one definition on both sides: MFU is compared (reported, not gated), no note
+        rc, out = run(COMPARE, self.write("b.json", new), self.write("b2.json", new),
+                      "--json", report)
+        self.assertEqual(rc, 0, out)
+        doc = json.loads(report.read_text())
+        self.assertEqual(doc["notes"], [])
+        self.assertEqual({r["verdict"] for r in doc["rows"] if r["metric"] == "mfu"}, {"info"})
+
     def recorded(self):
         """The committed baselines: real per-step samples of every nightly cell."""
         files = sorted((ROOT / "results" / "baseline").glob("*-np*-*.json"))

@@ -59,6 +59,15 @@ print(f"link bytes/step: fsdp_hybrid_shard {hybrid} < fsdp_full_shard {full}")
 assert hybrid < full, "hybrid_shard should move fewer bytes across the link than full_shard"
 EOF
 python3 "$root/results/validate.py" "$tmp/ring.json"
+# the two namespace hosts are one machine: MFU divides by its physical cores, not by 2 hosts'
+python3 - "$tmp/ring.json" <<'EOF'
+import json, os, sys
+basis = json.load(open(sys.argv[1]))["results"][0]["throughput"]["peak_basis"]
+print(f"MFU denominator: {basis}")
+assert basis["machines"] == 1, basis
+assert basis["devices"] == min(4, basis["physical_cores"]), basis
+assert basis["physical_cores"] <= (os.cpu_count() or 1), basis
+EOF
 
 # MPI's own collectives: in a 2-rank group (hybrid's inter all-reduce) every algorithm moves
 # what the ring does, so hybrid closes as well; the others follow the library's algorithms.

@@ -18,7 +18,7 @@ namespace sb {
 nlohmann::json PeakCalibration::to_json() const {
   return {{"per_device_flops", gflops * 1e9}, {"min_flops", min_gflops * 1e9},
           {"max_flops", max_gflops * 1e9},    {"repeats", repeats},
-          {"source", source}};
+          {"source", source},                 {"mem_bw_bytes_per_s", mem_bw_bytes_per_s}};
 }
 
 PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
@@ -28,12 +28,13 @@ PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
   p.max_gflops = j.at("max_flops").get<double>() / 1e9;
   p.repeats = j.at("repeats").get<int>();
   p.source = j.at("source").get<std::string>();
+  p.mem_bw_bytes_per_s = j.value("mem_bw_bytes_per_s", 0.0);
   return p;
 }
 
 std::string PeakCalibration::to_flag() const {
-  return fmt::format("{:.4f},{:.4f},{:.4f},{},{}", gflops, min_gflops, max_gflops, repeats,
-                     source);
+  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{}", gflops, min_gflops, max_gflops, repeats,
+                     mem_bw_bytes_per_s, source);
 }
 
 PeakCalibration PeakCalibration::from_flag(const std::string& s) {
@@ -50,9 +51,35 @@ PeakCalibration PeakCalibration::from_flag(const std::string& s) {
   p.min_gflops = std::stod(field());
   p.max_gflops = std::stod(field());
   p.repeats = std::stoi(field());
+  p.mem_bw_bytes_per_s = std::stod(field());
   p.source = s.substr(pos);
   return p;
 }
+
+namespace {
+
+// Rates of `repeats` timed blocks of at least `block_s` seconds of `work` (per call: `units`),
+// sorted: the median is the figure, the ends its spread.
+template <typename Work>
+std::vector<double> block_rates(int repeats, double block_s, double units, Work&& work) {
+  std::vector<double> rates;
+  using Clock = std::chrono::steady_clock;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    double s = 0;
+    do {
+      work();
+      ++calls;
+      s = std::chrono::duration<double>(Clock::now() - t0).count();
+    } while (s < block_s);
+    rates.push_back(units * calls / s);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates;
+}
+
+}  // namespace
 
 PeakCalibration measure_sgemm_peak(const std::string& who, int repeats, double block_s) {
   openblas_set_num_threads(1);  // before the first call: "single-core" must mean one thread
@@ -63,20 +90,8 @@ PeakCalibration measure_sgemm_peak(const std::string& who, int repeats, double b
     dev->gemm(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   };
   for (int i = 0; i < 3; ++i) gemm();  // warm-up: page in the buffers, wake the core up
-  std::vector<double> rates;
-  using Clock = std::chrono::steady_clock;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    int calls = 0;
-    double s = 0;
-    do {
-      gemm();
-      ++calls;
-      s = std::chrono::duration<double>(Clock::now() - t0).count();
-    } while (s < block_s);
-    rates.push_back(2.0 * n * n * double(n) * calls / s / 1e9);
-  }
-  std::sort(rates.begin(), rates.end());
+  const std::vector<double> rates =
+      block_rates(repeats, block_s, 2.0 * n * n * double(n) / 1e9, gemm);
   PeakCalibration p;
   p.gflops = rates[rates.size() / 2];
   p.min_gflops = rates.front();
@@ -84,6 +99,28 @@ PeakCalibration measure_sgemm_peak(const std::string& who, int repeats, double b
   p.repeats = repeats;
   p.source = fmt::format("single-core sgemm {}^3, 1 BLAS thread, median of {} blocks of >= {:g} "
                          "ms, measured by {}", n, repeats, block_s * 1e3, who);
+  return p;
+}
+
+double measure_triad_bw(int repeats, double block_s) {
+  const size_t n = size_t(8) << 20;  // 3 x 32 MiB: beyond any last-level cache of one core
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  auto triad = [&] {
+    float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    const float* __restrict pc = c.data();
+    for (size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0f * pc[i];
+  };
+  triad();  // warm-up: page in a
+  const std::vector<double> rates = block_rates(repeats, block_s, 12.0 * double(n), triad);
+  if (a[n / 2] != 7.0f) throw std::runtime_error("triad calibration: wrong result");
+  return rates[rates.size() / 2];
+}
+
+PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who) {
+  PeakCalibration p =
+      peak_gflops > 0 ? fixed_peak(peak_gflops, "--peak-gflops") : measure_sgemm_peak(who);
+  p.mem_bw_bytes_per_s = measure_triad_bw();
   return p;
 }
 

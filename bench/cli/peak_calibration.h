@@ -16,6 +16,9 @@ struct PeakCalibration {
   double max_gflops = 0;
   int repeats = 0;        // 0: not measured here
   std::string source;     // how and by whom, one line
+  // The same core's memory bandwidth (STREAM-like triad, bytes/s), for the cluster of the
+  // run's embedded prediction; not part of MFU. 0: not measured (older files).
+  double mem_bw_bytes_per_s = 0;
 
   nlohmann::json to_json() const;  // config.mfu_peak
   static PeakCalibration from_json(const nlohmann::json& j);  // throws on a malformed value
@@ -29,6 +32,15 @@ struct PeakCalibration {
 // process in `source` ("the launcher", "rank 0").
 PeakCalibration measure_sgemm_peak(const std::string& who, int repeats = 7,
                                    double block_s = 0.06);
+
+// One thread's STREAM-like triad a[i] = b[i] + s * c[i] over three float arrays far larger
+// than the caches: median of `repeats` blocks of at least `block_s` seconds, counted as
+// STREAM counts (12 bytes per element: two reads, one write; no write-allocate traffic).
+double measure_triad_bw(int repeats = 5, double block_s = 0.03);
+
+// What the launcher (or rank 0 without one) hands the ranks: --peak-gflops's figure or the
+// measured sgemm, with the triad bandwidth measured in the same process.
+PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who);
 
 // A fixed figure (--peak-gflops, or a GPU datasheet): no spread.
 PeakCalibration fixed_peak(double gflops, const std::string& source);

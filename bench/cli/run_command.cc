@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -26,6 +27,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "harness/comm/watchdog.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
+#include "harness/run/hardware.h"
 #include "harness/run/report.h"
 #include "harness/run/trace.h"
 
@@ -56,9 +58,8 @@ int world_rank_from_env() {
 // calibration, or measured here by world rank 0 alone, before MPI starts, so the other ranks
 // (waiting in MPI_Init) do not compete for its core. Shared by broadcast once MPI is up.
 PeakCalibration initial_cpu_peak(const RunArgs& a) {
-  if (a.peak_gflops > 0) return fixed_peak(a.peak_gflops, "--peak-gflops");
   if (!a.peak_calibration.empty()) return PeakCalibration::from_flag(a.peak_calibration);
-  if (world_rank_from_env() == 0) return measure_sgemm_peak("rank 0");
+  if (world_rank_from_env() == 0) return calibrate_cpu(a.peak_gflops, "rank 0");
   return {};
 }
 
@@ -127,6 +128,70 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
   return out;
 }
 
+// The CPU's MFU device count from every rank's machine probe: each rank learns all probes
+// (gather to rank 0, one broadcast), so every rank computes the same count.
+HardwareCount count_hardware(const MpiRuntime& mpi) {
+  const std::vector<std::string> lines = mpi.gather_strings_to_root(probe_this_machine().to_line());
+  std::string all;
+  for (const std::string& l : lines) all += l + "\n";
+  mpi.broadcast_string(all, 0);
+  std::vector<MachineProbe> probes;
+  for (size_t at = 0, nl; (nl = all.find('\n', at)) != std::string::npos; at = nl + 1)
+    probes.push_back(MachineProbe::from_line(all.substr(at, nl - at)));
+  return count_cpu_hardware(probes);
+}
+
+nlohmann::json cpu_peak_basis(const HardwareCount& h) {
+  return {{"definition", kPeakDefinition}, {"devices", h.devices},
+          {"device_kind", "physical core"}, {"machines", h.machines},
+          {"physical_cores", h.physical_cores}, {"ranks", h.ranks},
+          {"cores_from", h.cores_from}};
+}
+
+// "<per-device source>; x N <kind>s (<how counted>)": the denominator in one line.
+std::string denominator_source(const std::string& per_device, const nlohmann::json& basis) {
+  if (basis.value("device_kind", "") != "physical core")
+    return fmt::format("{}; x {} GPU(s), one per rank", per_device, basis.value("devices", 0));
+  return fmt::format("{}; x {} = min(ranks, physical cores) per machine: {} rank(s) on {} "
+                     "distinct machine(s) with {} physical core(s) ({}); virtual nodes and "
+                     "namespace hosts are not machines",
+                     per_device, basis.value("devices", 0), basis.value("ranks", 0),
+                     basis.value("machines", 0), basis.value("physical_cores", 0),
+                     basis.value("cores_from", ""));
+}
+
+// The cluster of the run's embedded prediction: the hardware this run found, or none.
+struct RunCluster {
+  std::optional<Cluster> cluster;
+  std::string note;  // why there is none
+};
+
+RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
+                              const std::string& device_name, const PeakCalibration& peak,
+                              int host_cores) {
+  if (cfg.device == "cpu") {
+    CpuCalibration cal;
+    cal.sgemm_flops = peak.gflops * 1e9;
+    cal.mem_bw_bytes_per_s = peak.mem_bw_bytes_per_s;
+    cal.host_cores = host_cores;
+    cal.ranks_per_node = topo.ranks_per_node();
+    cal.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    cal.source = fmt::format(
+        "this run's calibration: {:.1f} GFLOP/s per core ({}); triad {:.2f} GB/s per core "
+        "(one thread, 3 x 32 MiB); {} physical core(s); {:.1f} GB RAM",
+        peak.gflops, peak.source, peak.mem_bw_bytes_per_s / 1e9, host_cores,
+        cal.memory_bytes / 1e9);
+    return {calibrated_cpu_cluster(cal), ""};
+  }
+  const std::string preset = preset_for_cuda_device(device_name);
+  if (preset.empty())
+    return {std::nullopt,
+            fmt::format("no cluster preset describes the device '{}' (presets: {}): no "
+                        "embedded prediction; `shardbench predict --cluster FILE` with its "
+                        "figures", device_name, fmt::join(cluster_names(), ", "))};
+  return {load_cluster(preset), ""};
+}
+
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
 // Where the step went (median over measured steps of the slowest rank's phases, seconds).
@@ -188,15 +253,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   }
   if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv,
-                            a.peak_gflops > 0 || cfg.device != "cpu"
-                                ? 0
-                                : measure_sgemm_peak("the launcher").gflops);
+                            cfg.device != "cpu" || !a.peak_calibration.empty()
+                                ? a.peak_calibration
+                                : calibrate_cpu(a.peak_gflops, "the launcher").to_flag());
   if (a.np > 0 && !inside_mpi_job()) {
-    const bool have_peak = a.peak_gflops > 0 || !a.peak_calibration.empty();
     return launch_mpirun(a, argc, argv,
-                         have_peak || cfg.device != "cpu"
-                             ? std::string()
-                             : measure_sgemm_peak("the launcher").to_flag());
+                         cfg.device != "cpu" || !a.peak_calibration.empty()
+                             ? a.peak_calibration
+                             : calibrate_cpu(a.peak_gflops, "the launcher").to_flag());
   }
   Watchdog::set_timeout(a.timeout_s);
 
@@ -223,6 +287,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   std::unique_ptr<Device> device;
   std::unique_ptr<CommBackend> backend;
   Environment env;
+  int host_cores = 0;  // CPU: the physical cores the ranks share (the calibrated cluster's)
   if (cfg.device == "cuda") {
     std::string why;
     device = make_cuda_device(topo.local_rank(), &why);
@@ -241,16 +306,22 @@ int run_command(const RunArgs& a, int argc, char** argv) {
             : cuda_peak_flops(device->name(), bf16,
                               !bf16 && dynamic_cast<CudaDevice&>(*device).allow_tf32());
     env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
+    // Each rank's own device's figure, summed: a mixed set of GPUs counts each as it is.
+    env.peak_flops_per_device = mpi.sum_over_ranks(env.peak_flops_per_device) / topo.world_size();
     peak = fixed_peak(env.peak_flops_per_device / 1e9, env.peak_flops_source);
     env.devices = topo.world_size();
+    env.peak_basis = {{"definition", kPeakDefinition}, {"devices", env.devices},
+                      {"device_kind", "gpu"}, {"ranks", topo.world_size()}};
 #endif
   } else {
     device = make_cpu_device();
     std::string shared = peak.to_flag();  // rank 0's figure for every rank: one per file
     mpi.broadcast_string(shared, 0);
     peak = PeakCalibration::from_flag(shared);
-    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    env.devices = std::min(topo.world_size(), cores * topo.num_nodes());
+    const HardwareCount hw = count_hardware(mpi);
+    env.devices = hw.devices;
+    env.peak_basis = cpu_peak_basis(hw);
+    host_cores = hw.physical_cores;
   }
   env.device_name = device->name();
   env.mpi_version = mpi.library_version();
@@ -258,8 +329,6 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                      openblas_get_corename();
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
 
-  // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
-  const Cluster cluster = load_cluster(cfg.device == "cpu" ? "cpu-local" : "h200");
   Ledger ledger;
   // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
   // side stream's ops on its one stream.
@@ -301,10 +370,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     kept.erase(it);
   }
   env.peak_flops_per_device = peak.gflops * 1e9;
-  env.peak_flops_source = peak.source;
+  env.peak_flops_source = denominator_source(peak.source, env.peak_basis);
+  // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
+  const RunCluster pc = prediction_cluster(cfg, topo, env.device_name, peak, host_cores);
   auto document = [&] {
     nlohmann::json doc = run_document(cfg, topo, env, results);
     doc["config"]["mfu_peak"] = peak.to_json();
+    doc["prediction_cluster"] = pc.cluster ? cluster_json(*pc.cluster) : nlohmann::json();
+    if (!pc.note.empty()) doc["prediction_cluster_note"] = pc.note;
     return doc;
   };
   if (topo.num_nodes() == 1 && root && !a.quiet)
@@ -339,10 +412,10 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     }
     run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
     nlohmann::json result = result_json(run, cfg, topo, env);
-    if (run.status == "ok") {
+    if (run.status == "ok" && pc.cluster) {
       // The model's view of the same config, and how far the measurement is from it.
-      result["prediction"] = predict_for_run(cfg, topo, names[i], cluster);
-      result["prediction"]["cluster"] = cluster.name;
+      result["prediction"] = predict_for_run(cfg, topo, names[i], *pc.cluster);
+      result["prediction"]["cluster"] = pc.cluster->name;
       result["residuals"] = prediction_residuals(result["prediction"], result);
     }
     results.push_back(std::move(result));

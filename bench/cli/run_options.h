@@ -93,13 +93,15 @@ std::vector<std::string> parse_strategy_list(const std::string& s);  // throws U
 
 int run_command(const RunArgs& a, int argc, char** argv);
 // --np N outside an MPI job: runs mpirun on this binary as a child, forwarding signals, with a
-// private OpenMPI session directory removed at the end (bench/cli/mpi_launch.cc). peak_gflops
-// > 0 is passed on as --peak-gflops. Returns mpirun's exit status.
-// peak_calibration: the launcher's MFU denominator (PeakCalibration::to_flag), "" for none.
+// private OpenMPI session directory removed at the end (bench/cli/mpi_launch.cc). Returns
+// mpirun's exit status.
+// peak_calibration: the launcher's CPU calibration (PeakCalibration::to_flag: the MFU's
+// per-core figure and the triad bandwidth), passed on as --peak-calibration; "" for none.
 int launch_mpirun(const RunArgs& a, int argc, char** argv, const std::string& peak_calibration);
 // --hosts netns: execs ci/two_host.sh with the remaining arguments (G = --ranks-per-node, or
-// --np / 2, default 2 ranks per host); peak_gflops > 0 is passed on as --peak-gflops.
-int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops);
+// --np / 2, default 2 ranks per host); peak_calibration as for launch_mpirun.
+int launch_two_hosts(const RunArgs& a, int argc, char** argv,
+                     const std::string& peak_calibration);
 struct ExportArgs {
   std::string format;              // bencher | github-action-benchmark | gbench
   std::string tool;                // github-action-benchmark: bigger | smaller

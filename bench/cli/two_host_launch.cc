@@ -28,7 +28,8 @@ bool consumed(const std::string& s, bool* takes_value) {
 
 }  // namespace
 
-int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops) {
+int launch_two_hosts(const RunArgs& a, int argc, char** argv,
+                     const std::string& peak_calibration) {
   if (a.hosts != "netns") throw UsageError(fmt::format("--hosts {}: allowed netns", a.hosts));
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))
     throw UsageError("--hosts netns starts its own MPI job: run shardbench without mpirun");
@@ -66,9 +67,9 @@ int launch_two_hosts(const RunArgs& a, int argc, char** argv, double peak_gflops
     }
     args.push_back(s);
   }
-  if (peak_gflops > 0) {  // calibrated once, alone, before the ranks compete for the cores
-    args.push_back("--peak-gflops");
-    args.push_back(fmt::format("{:.3f}", peak_gflops));
+  if (!peak_calibration.empty()) {  // calibrated once, alone, before the ranks compete for cores
+    args.push_back("--peak-calibration");
+    args.push_back(peak_calibration);
   }
   std::vector<char*> cargv;
   for (auto& s : args) cargv.push_back(s.data());

@@ -126,6 +126,24 @@ std::vector<Cluster> presets() {
                    "NVIDIA H200 datasheet (2024); 8-GPU HGX/DGX H200 node", h200_kernels())};
 }
 
+// Which CUDA device names each GPU preset describes: every `all` substring and no `none`
+// substring. CUDA names: "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3" (the SXM5 part;
+// "NVIDIA H100 PCIe" and "NVIDIA H100 NVL" are other boards), "NVIDIA H200" (SXM; "NVIDIA
+// H200 NVL"; "NVIDIA GH200 480GB" is a Grace Hopper superchip with its own memory system).
+struct DeviceMatch {
+  const char* preset;
+  std::vector<const char*> all, none;
+};
+const std::vector<DeviceMatch>& device_matches() {
+  static const std::vector<DeviceMatch> m = {
+      {"dgx-a100-80g", {"A100", "SXM", "80GB"}, {}},
+      {"dgx-h100", {"H100", "80GB HBM3"}, {"PCIe", "NVL", "GH200"}},
+      {"dgx-h100", {"H100", "SXM"}, {"PCIe", "NVL", "GH200"}},
+      {"h200", {"H200"}, {"NVL", "GH200"}},
+  };
+  return m;
+}
+
 double num(const nlohmann::json& j, const char* key, double def) {
   if (!j.contains(key)) return def;
   if (!j[key].is_number())
@@ -181,6 +199,27 @@ double Cluster::memory_per_rank(int world) const {
 
 double Cluster::oversubscription(int world) const {
   return host_cores > 0 ? std::max(1.0, double(world) / host_cores) : 1.0;
+}
+
+std::string preset_for_cuda_device(const std::string& cuda_name) {
+  auto has = [&](const char* s) { return cuda_name.find(s) != std::string::npos; };
+  for (const DeviceMatch& m : device_matches())
+    if (std::all_of(m.all.begin(), m.all.end(), has) && std::none_of(m.none.begin(), m.none.end(), has))
+      return m.preset;
+  return "";
+}
+
+Cluster calibrated_cpu_cluster(const CpuCalibration& cal) {
+  Cluster c = cpu_local();
+  c.name = "cpu-calibrated";
+  c.device = "1 CPU core (OpenBLAS, single thread), calibrated by this run";
+  c.peak_flops_bf16 = c.peak_flops_fp32 = cal.sgemm_flops;
+  c.memory_bw_bytes_per_s = cal.mem_bw_bytes_per_s;
+  if (cal.host_cores > 0) c.host_cores = cal.host_cores;
+  c.ranks_per_node = std::max(1, cal.ranks_per_node);
+  if (cal.memory_bytes > 0) c.device_memory_bytes = cal.memory_bytes;
+  c.source = cal.source + "; compute_efficiency and links: cpu-local's (" + cpu_local().source + ")";
+  return c;
 }
 
 std::vector<std::string> cluster_names() {

@@ -60,6 +60,25 @@ struct Cluster {
 };
 
 std::vector<std::string> cluster_names();
+
+// The GPU preset whose device is the CUDA device `cuda_name` (cudaDeviceProp::name, e.g.
+// "NVIDIA H100 80GB HBM3" -> dgx-h100); "" when no preset describes that device (a PCIe or
+// NVL part, another memory size, an unknown GPU): a run then predicts nothing rather than
+// borrow another GPU's figures.
+std::string preset_for_cuda_device(const std::string& cuda_name);
+
+// What a CPU run calibrated, for the cluster its embedded prediction uses.
+struct CpuCalibration {
+  double sgemm_flops = 0;      // single-core sgemm, one BLAS thread (the MFU's per-core figure)
+  double mem_bw_bytes_per_s = 0;  // single-core STREAM-like triad; 0: not measured
+  int host_cores = 0;          // physical cores the ranks share
+  int ranks_per_node = 1;
+  double memory_bytes = 0;     // the host's RAM; 0: cpu-local's
+  std::string source;          // how and when, one line
+};
+// cpu-local with the measured figures in place of the fitted ones; the links keep cpu-local's
+// measured shared-memory model, the efficiency its fit (named in `source`).
+Cluster calibrated_cpu_cluster(const CpuCalibration& cal);
 // A preset name, or a path to a JSON file with the keys of cluster_json. Throws
 // std::invalid_argument naming --cluster and what is allowed.
 Cluster load_cluster(const std::string& name_or_path);

@@ -187,6 +187,14 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
   };
 }
 
+namespace {
+json peak_basis(const Environment& env) {
+  json b = env.peak_basis;
+  if (!b.empty()) b["per_device_flops"] = env.peak_flops_per_device;
+  return b;
+}
+}  // namespace
+
 json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
                  const Environment& env) {
   json r{{"strategy", run.strategy}, {"status", run.status}};
@@ -232,7 +240,8 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
                      {"hardware_flops_per_step", hw_flops},
                      {"hardware_flop_formula", hardware_flop_formula(cfg.model)},
                      {"peak_flops", peak},
-                     {"peak_flops_source", env.peak_flops_source}};
+                     {"peak_flops_source", env.peak_flops_source},
+                     {"peak_basis", peak_basis(env)}};
 
   json breakdown;
   for (int c = 0; c < kNumMemCategories; ++c)

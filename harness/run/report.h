@@ -20,8 +20,17 @@ struct Environment {
   std::string mpi_version, blas_version, compiler, cuda_version, nccl_version, device_name;
   double peak_flops_per_device = 0;  // measured sgemm ceiling per core on CPU; datasheet on GPU
   std::string peak_flops_source;
-  int devices = 1;                   // what MFU divides by (cores used on CPU, GPUs)
+  int devices = 1;                   // what MFU divides by (physical cores used on CPU, GPUs)
+  // How `devices` was counted (throughput.peak_basis): devices, device_kind, machines,
+  // physical_cores, ranks, cores_from. Its "definition" names the counting rule, so a
+  // comparison of MFU across files can tell a changed denominator from a changed speed.
+  nlohmann::json peak_basis = nlohmann::json::object();
 };
+
+// The counting rule of throughput.peak_basis.definition: the hardware found (physical cores
+// of the distinct machines, min'd with the ranks on each; one GPU per rank). Files without it
+// divided a CPU run by min(world, cores x nodes), virtual nodes counted as machines.
+inline constexpr const char* kPeakDefinition = "hardware";
 
 // The Llama block's shape keys (arch, n_kv_head, ffn_hidden, rope_theta) into a model object;
 // nothing for the GPT-2 block, whose objects stay as before --arch existed.

@@ -120,6 +120,22 @@ class RunTest(unittest.TestCase):
                     self.assertEqual(r["residuals"]["residual"][k], 0)
             self.assertGreater(r["residuals"]["ratio"]["step_time_s"], 0)
 
+    def test_embedded_prediction_uses_this_runs_calibration(self):
+        # Not the cpu-local preset fitted on one machine: the cluster is built from the run's
+        # own sgemm and triad and the physical cores it counted, and the file records it.
+        doc = load(self.out)
+        cl, peak = doc["prediction_cluster"], doc["config"]["mfu_peak"]
+        self.assertEqual(cl["name"], "cpu-calibrated")
+        self.assertEqual(cl["peak_flops_fp32"], peak["per_device_flops"])
+        self.assertGreater(peak["mem_bw_bytes_per_s"], 0)
+        self.assertEqual(cl["memory_bw_bytes_per_s"], peak["mem_bw_bytes_per_s"])
+        basis = doc["results"][0]["throughput"]["peak_basis"]
+        self.assertEqual(cl["host_cores"], basis["physical_cores"])
+        self.assertEqual(cl["ranks_per_node"], doc["config"]["ranks_per_node"])
+        self.assertNotIn("prediction_cluster_note", doc)
+        for r in doc["results"]:
+            self.assertEqual(r["prediction"]["cluster"], "cpu-calibrated")
+
     def run_ds_config(self, name):
         """One tiny 2-rank step configured by tests/cli/ds_configs/NAME: (its path, out, doc)."""
         cfg = os.path.join(ROOT, "tests", "cli", "ds_configs", name)

@@ -3,7 +3,8 @@
 # under plots/compare.py, a run slowed by 20 % (hidden flag --inject-slowdown, every step
 # sleeps 0.2 x its own time) is always caught — three interleaved runs per side, of which
 # compare.py keeps each side's least disturbed; the launcher's sgemm calibration agrees with
-# one measured inside a rank, and --resume keeps a file's value. Usage: test_gate.py BUILD_DIR
+# one measured inside a rank, and --resume keeps a file's value; MFU at 4 ranks on virtual
+# nodes divides by the physical cores and agrees with 1 rank's. Usage: test_gate.py BUILD_DIR
 import importlib.util
 import json
 import os
@@ -44,6 +45,32 @@ REPEATS = 3  # interleaved runs per side of one comparison
 # leaves room for a busy CI host without letting a multi-threaded or 10 ms figure (the old
 # 52-371 GFLOP/s spread) pass.
 PEAK_AGREEMENT = 0.25
+# The triad's bandwidth against numpy's, as a factor either way: two loops of the same
+# traffic (here, idle-ish: 10.9-11.7 vs 8.8-13.7 GB/s), but other jobs move a memory-bound
+# figure more than a compute-bound one. Arrays left in cache (several times the DRAM figure)
+# or a byte count off by 2x fall outside.
+BW_AGREEMENT = 1.6
+
+
+def numpy_add_bandwidth():
+    """One thread's numpy.add(b, c, out=a) over three 32 MiB float32 arrays: median of 5
+    blocks of >= 30 ms, 12 bytes per element (STREAM's count)."""
+    import time
+    import numpy as np
+    n = 8 << 20
+    a, b, c = np.zeros(n, np.float32), np.ones(n, np.float32), np.full(n, 2.0, np.float32)
+    np.add(b, c, out=a)
+    rates = []
+    for _ in range(5):
+        t0, calls = time.perf_counter(), 0
+        while True:
+            np.add(b, c, out=a)
+            calls += 1
+            s = time.perf_counter() - t0
+            if s >= 0.03:
+                break
+        rates.append(12.0 * n * calls / s)
+    return statistics.median(rates)
 
 
 def run(out, *extra, launcher=True):
@@ -126,11 +153,22 @@ class PeakCalibrationTest(unittest.TestCase):
         self.assertIn("measured by rank 0", rank["source"])
         for p in (launcher, rank):
             self.assertIn("1 BLAS thread", p["source"])
+            # the same core's triad bandwidth (the embedded prediction's memory_bw_bytes_per_s):
+            # between a slow laptop core's 1 GB/s and more than any DDR channel gives one core
+            self.assertGreater(p["mem_bw_bytes_per_s"], 1e9)
+            self.assertLess(p["mem_bw_bytes_per_s"], 200e9)
             self.assertEqual(p["repeats"], 7)
             self.assertLessEqual(p["min_flops"], p["per_device_flops"])
             self.assertLessEqual(p["per_device_flops"], p["max_flops"])
         ratio = launcher["per_device_flops"] / rank["per_device_flops"]
         self.assertLess(abs(ratio - 1), PEAK_AGREEMENT, (launcher, rank))
+        # the triad against an independent one: numpy's add (STREAM "add", 12 bytes per
+        # element too) on one thread over arrays of the same size, measured right after
+        numpy_bw = numpy_add_bandwidth()
+        for p in (launcher, rank):
+            bw_ratio = p["mem_bw_bytes_per_s"] / numpy_bw
+            self.assertLess(max(bw_ratio, 1 / bw_ratio), BW_AGREEMENT,
+                            (p["mem_bw_bytes_per_s"], numpy_bw))
 
         # --resume keeps the file's denominator: drop a strategy, resume, compare
         path = tmp / "launcher.json"
@@ -140,10 +178,72 @@ class PeakCalibrationTest(unittest.TestCase):
         path.write_text(json.dumps(doc))
         resumed = run(path, "--resume")
         self.assertEqual(resumed["config"]["mfu_peak"]["per_device_flops"], 12.5e9)
-        self.assertEqual({r["throughput"]["peak_flops_source"] for r in resumed["results"]},
-                         {launcher["source"]})
+        for r in resumed["results"]:  # the calibration, then how the devices were counted
+            self.assertTrue(r["throughput"]["peak_flops_source"].startswith(launcher["source"]))
         rerun = resumed["results"][1]  # zero2, measured again under the file's denominator
         self.assertEqual(rerun["throughput"]["peak_flops"], 12.5e9)  # 1 rank: 1 core
+
+
+def physical_cores():
+    """Distinct (package, core) pairs among the CPUs this process may use (as the run counts)."""
+    cores = set()
+    for c in os.sched_getaffinity(0):
+        t = Path(f"/sys/devices/system/cpu/cpu{c}/topology")
+        try:
+            cores.add(((t / "physical_package_id").read_text().strip(),
+                       (t / "core_id").read_text().strip()))
+        except OSError:
+            return os.cpu_count() or 1
+    return len(cores)
+
+
+# MFU of one model at 1 rank and at 4 oversubscribed ranks (2 virtual nodes x 2): the same
+# cores do the same work per token, so the fractions of the real peak agree. ddp on `small` at
+# batch 8: the all-reduce (~25 MB per rank per step at ~1.1 GB/s) is under 10 % of the step.
+# Dividing by the topology's 4 "devices" on 2 cores gives a ratio of ~0.5, far outside.
+MFU_AGREEMENT = 0.15
+
+
+class MfuDenominatorTest(unittest.TestCase):
+    def mfu_run(self, out, np_):
+        p = subprocess.run([SB, "run", "--model", "small", "--strategies", "ddp", "--steps", "4",
+                            "--warmup", "1", "--batch", "8", "--np", str(np_),
+                            "--ranks-per-node", str(min(np_, 2)), "--out", str(out), "--quiet",
+                            # one per-core figure for both sides: the ratio then tests the
+                            # device count and the step times, not two calibrations' noise
+                            "--peak-gflops", "100"],
+                           env=ENV, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        return json.loads(Path(out).read_text())["results"][0]["throughput"]
+
+    def test_virtual_nodes_divide_by_the_physical_cores(self):
+        tmp = Path(tempfile.mkdtemp(prefix="sbmfu"))
+        cores = physical_cores()
+        load_before = os.getloadavg()[0]
+        one, four = [], []
+        for i in range(2):  # interleaved: a change of load reaches both sides
+            one.append(self.mfu_run(tmp / f"one{i}.json", 1))
+            four.append(self.mfu_run(tmp / f"four{i}.json", 4))
+        for tp, ranks in ((one[0], 1), (four[0], 4)):
+            basis = tp["peak_basis"]
+            self.assertEqual(basis["definition"], "hardware")
+            self.assertEqual(basis["machines"], 1)  # virtual nodes are not machines
+            self.assertEqual(basis["physical_cores"], cores)
+            self.assertEqual(basis["devices"], min(ranks, cores))
+            self.assertAlmostEqual(tp["peak_flops"], basis["per_device_flops"] * basis["devices"],
+                                   delta=1e-6 * tp["peak_flops"])
+            self.assertIn("distinct machine", tp["peak_flops_source"])
+        if cores >= 4:
+            self.skipTest(f"{cores} physical cores: 4 ranks are not oversubscribed here")
+        if load_before > cores + 0.5:
+            self.skipTest(f"load average {load_before:.1f} on {cores} cores before the runs: "
+                          f"other jobs take the cores, so the MFU ratio is the machine's, not "
+                          f"the denominator's (the denominator itself was checked above)")
+        # least disturbed run per side: other load only lowers MFU
+        ratio = max(t["mfu"] for t in four) / max(t["mfu"] for t in one)
+        self.assertLess(abs(ratio - 1), MFU_AGREEMENT,
+                        f"MFU 4 ranks / 1 rank = {ratio:.3f} ({[t['mfu'] for t in four]} vs "
+                        f"{[t['mfu'] for t in one]})")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,14 @@ class DefaultMatrixTest(unittest.TestCase):
         self.assertEqual(len(exact), 6 * n)  # every strategy of the cell, each in the baseline
         for r in exact:  # deterministic: bytes and model state equal the baseline exactly
             self.assertEqual(r["verdict"], "same", r)
+        # MFU: compared under one definition of the peak; a baseline recorded before the
+        # hardware count gets one note per cell (and one in the summary), never a regression
+        mfu = {r["verdict"] for r in report["rows"] if r["metric"] == "mfu"}
+        self.assertIn(mfu, ({"info"}, {"not compared"}))
+        notes = entry["comparison"].get("notes", [])
+        self.assertEqual(len(notes), 1 if mfu == {"not compared"} else 0, notes)
+        if notes:
+            self.assertIn("note: MFU's denominator", p.stdout)
         # resume: a complete cell is kept, not rerun
         p = matrix(NIGHTLY, "--cell", smallest["id"], "--out", out)
         self.assertEqual(p.returncode, 0, p.stderr)

@@ -1,0 +1,68 @@
+// Which preset a measured run predicts with: the GPU preset of the CUDA device it found, or
+// none (another board or memory size is another device), and the CPU cluster built from the
+// run's own calibration.
+#include <gtest/gtest.h>
+
+#include "harness/device/cuda/cuda_peak.h"
+#include "harness/predict/predict.h"
+
+namespace sb {
+namespace {
+
+TEST(ClusterMatch, CudaDeviceNamesFindTheirPresetAndOnlyIt) {
+  EXPECT_EQ(preset_for_cuda_device("NVIDIA A100-SXM4-80GB"), "dgx-a100-80g");
+  EXPECT_EQ(preset_for_cuda_device("NVIDIA H100 80GB HBM3"), "dgx-h100");
+  EXPECT_EQ(preset_for_cuda_device("NVIDIA H200"), "h200");
+  // as the run passes it: CudaDevice::name() is "cuda:<index> " + cudaDeviceProp::name
+  EXPECT_EQ(preset_for_cuda_device("cuda:3 NVIDIA H100 80GB HBM3"), "dgx-h100");
+  // other boards, other memory sizes, other chips: no preset rather than a wrong one
+  for (const char* other : {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
+                            "NVIDIA A100 80GB PCIe", "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
+                            "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA L40S",
+                            "Tesla V100-SXM2-32GB", "NVIDIA GeForce RTX 4090", ""})
+    EXPECT_EQ(preset_for_cuda_device(other), "") << other;
+}
+
+TEST(ClusterMatch, EveryMatchedPresetExistsAndNamesTheSameChip) {
+  for (const char* name : {"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200"}) {
+    const Cluster c = load_cluster(preset_for_cuda_device(name));
+    // the preset's datasheet peak is the CUDA device's own (harness/device/cuda/cuda_peak.h)
+    EXPECT_EQ(c.peak_flops_bf16, cuda_peak_flops(name, true)) << name;
+  }
+}
+
+TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
+  CpuCalibration cal;
+  cal.sgemm_flops = 96e9;
+  cal.mem_bw_bytes_per_s = 9.5e9;
+  cal.host_cores = 2;
+  cal.ranks_per_node = 2;
+  cal.memory_bytes = 16e9;
+  cal.source = "test";
+  const Cluster c = calibrated_cpu_cluster(cal);
+  const Cluster local = load_cluster("cpu-local");
+  EXPECT_EQ(c.name, "cpu-calibrated");
+  EXPECT_EQ(c.peak_flops_fp32, 96e9);
+  EXPECT_EQ(c.memory_bw_bytes_per_s, 9.5e9);
+  EXPECT_EQ(c.host_cores, 2);
+  EXPECT_EQ(c.device_memory_bytes, 16e9);
+  EXPECT_FALSE(c.bf16_matmul);
+  EXPECT_EQ(c.intra.bw_bytes_per_s, local.intra.bw_bytes_per_s);  // cpu-local's link model
+  EXPECT_EQ(c.compute_efficiency, local.compute_efficiency);
+  // round trip through the results file's form
+  EXPECT_EQ(cluster_json(cluster_from_json(cluster_json(c))), cluster_json(c));
+
+  // the prediction's compute follows the measured core: a core 2x slower, 2x the compute
+  PredictConfig cfg;
+  cfg.model = model_shape(parse_predict_model("tiny"));
+  cfg.world = 4;
+  cfg.ranks_per_node = 2;
+  cal.mem_bw_bytes_per_s = 0;  // compute only: the ratio is exact
+  const double fast = predict(cfg, "ddp", calibrated_cpu_cluster(cal)).compute_s;
+  cal.sgemm_flops /= 2;
+  const double slow = predict(cfg, "ddp", calibrated_cpu_cluster(cal)).compute_s;
+  EXPECT_NEAR(slow / fast, 2.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace sb
