@@ -245,7 +245,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
       m.bare ? std::string("n/a")
              : gib(double(activation_bytes(m.config, cfg.batch_per_rank,
                                            cfg.options.precision == Precision::kBf16Mixed))));
-  fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
+  fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "device GiB");
   for (const std::string& s : names) {
     const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
     if (f.min_world == 0) {
@@ -256,7 +256,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
     }
     const int G = std::min(f.min_world, cfg.ranks_per_node);
     fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, f.min_world, f.min_world / G,
-               gib(double(f.at_min.peak)));
+               gib(double(f.at_min.device_peak)));
     nlohmann::json r = prediction_json(f.at_min);
     r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
     results.push_back(r);

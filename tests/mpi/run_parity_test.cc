@@ -160,22 +160,19 @@ TEST_P(Parity, Bf16MixedMatchesWithinBf16Tolerance) {
 TEST_P(Parity, ActivationCheckpointingChangesNothing) {
   const Reference& ref = fp32_reference();
   RunConfig cfg = tiny_config();
-  cfg.model.checkpoint_every = 1;
   cfg.model.attention = AttentionKind::kNaive;
-  const StrategyRun r = run(GetParam(), cfg);
-  ASSERT_EQ(r.status, "ok") << r.error;
-  for (size_t s = 0; s < ref.loss.size(); ++s)
-    EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << "step " << s;
-  EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5);
-  // op checkpointing with the chunked loss: the reference to fp32 rounding (the loss summed
-  // chunk by chunk).
-  cfg.model.checkpoint_every = kCheckpointOp;
-  cfg.model.cross_entropy = CrossEntropyKind::kChunked;
-  const StrategyRun op = run(GetParam(), cfg);
-  ASSERT_EQ(op.status, "ok") << op.error;
-  for (size_t s = 0; s < ref.loss.size(); ++s)
-    EXPECT_NEAR(op.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << "op, step " << s;
-  EXPECT_LT(rel_norm_diff(op.params, ref.params), 1e-5);
+  // block; then op checkpointing with the chunked loss (the loss summed chunk by chunk): the
+  // reference to fp32 rounding.
+  for (auto [every, loss] : {std::pair{1, CrossEntropyKind::kFull},
+                             std::pair{kCheckpointOp, CrossEntropyKind::kChunked}}) {
+    cfg.model.checkpoint_every = every;
+    cfg.model.cross_entropy = loss;
+    const StrategyRun r = run(GetParam(), cfg);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    for (size_t s = 0; s < ref.loss.size(); ++s)
+      EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << every << " step " << s;
+    EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5) << every;
+  }
 
   RunConfig bf16 = bf16_config(Precision::kBf16Mixed);
   const StrategyRun plain = run(GetParam(), bf16);
