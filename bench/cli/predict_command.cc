@@ -224,7 +224,7 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
   }
   fmt::print(
       "(per rank per step: memory at the peak ({}); device = peak + CUDA context + NCCL buffers + "
-      "caching-allocator margin (GPU clusters: {} + {} + {}); bytes sent by the busiest rank per "
+      "caching-allocator margin (GPU clusters, first row: {} + {} + {}); bytes sent by the busiest rank per "
       "hop class; limit {} GiB per rank{}; step s {} overlap)\n",
       u, ps.empty() ? "0" : mem(double(ps.front().cuda_context)),
       ps.empty() ? "0" : mem(double(ps.front().nccl_buffers)),
