@@ -309,6 +309,9 @@ def model_with_context(model):
     # files before --activation-checkpointing ran without it
     if isinstance(model, dict) and "activation_checkpointing" not in model:
         model = dict(model, activation_checkpointing="none")
+    # files before --cross-entropy computed the full loss
+    if isinstance(model, dict) and "cross_entropy" not in model:
+        model = dict(model, cross_entropy="full")
     return model
 
 

@@ -53,11 +53,13 @@ inline std::pair<uint64_t, uint64_t> fsdp_padded(const ModelLayout& l, uint64_t 
   return {all, round_up(unit[0], S)};
 }
 
-// Activation checkpointing (l.config.checkpoint_every = K; 0 none, 1 block): block b (segment
-// b + 1) is recomputed in backward when (b + 1) % K == 0 — torchtitan's every K-th block.
+// Activation checkpointing (l.config.checkpoint_every = K; 0 none, 1 block, -1 op): block b
+// (segment b + 1) is recomputed in backward when (b + 1) % K == 0 — torchtitan's every K-th
+// block; under op every block's forward runs again (its saved ops served from the cache, as
+// torch's selective checkpoint does, its modules' hooks firing all the same).
 inline bool recomputed_segment(const ModelLayout& l, int segment) {
   const int K = l.config.checkpoint_every, L = l.config.n_layer;
-  return K > 0 && segment >= 1 && segment <= L && segment % K == 0;
+  return (K > 0 || K == -1) && segment >= 1 && segment <= L && (K == -1 || segment % K == 0);
 }
 
 // FSDP2 (fully_shard) pads each parameter on its own: dim 0 (rows) is chunked over the shard group

@@ -52,6 +52,7 @@ struct PredictArgs {
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
+  std::string cross_entropy = "full";
   std::string activation_checkpointing = "none";
   std::string arch;  // "" = the preset's
   bool fit = false;
@@ -79,6 +80,7 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
       GptConfig c = parse_predict_model(a.model, a.arch);
       c.tied_head = c.tied_head && !a.untied_head;  // llama: always untied
       c.attention = parse_attention(a.attention);
+      c.cross_entropy = parse_cross_entropy(a.cross_entropy);
       c.checkpoint_every = parse_activation_checkpointing(a.activation_checkpointing, c.n_layer);
       if (a.seq > 0) c.seq_len = a.seq;  // every sample is one context of T tokens
       cfg.model = model_shape(c);
@@ -209,33 +211,48 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
       m.config.name, double(m.num_params), cfg.world, cfg.world / cfg.ranks_per_node,
       cfg.ranks_per_node, cfg.batch_per_rank, m.config.seq_len,
       precision_name(cfg.options.precision), cl.name, cl.device);
+  if (!m.bare) {
+    const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
+    fmt::print("loss: --cross-entropy {} ({}); --activation-checkpointing {}\n",
+               cross_entropy_name(m.config.cross_entropy),
+               m.config.cross_entropy == CrossEntropyKind::kChunked
+                   ? (bf16 ? "bf16 logits, fp32 loss and gradient 1/8 of the rows at a time"
+                           : "fp32 logits, fp32 loss and gradient 1/8 of the rows at a time")
+                   : (bf16 ? "bf16 logits, fp32 upcast and probabilities held"
+                           : "fp32 logits and probabilities held"),
+               activation_checkpointing_name(m.config.checkpoint_every));
+  }
   uint64_t largest = 0;  // memory in GiB, or in MiB for small models
-  for (const Prediction& p : ps) largest = std::max(largest, p.peak);
+  for (const Prediction& p : ps) largest = std::max(largest, p.device_peak);
   const bool mib = largest < (1ull << 30);
   const char* u = mib ? "MiB" : "GiB";
   auto mem = [&](double bytes) {
     return fmt::format("{:.2f}", bytes / double(mib ? 1ull << 20 : 1ull << 30));
   };
   fmt::print(
-      "\n{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>12} {:>5} {:>5}\n",
-      "strategy", "fits", fmt::format("peak {}", u), fmt::format("state {}", u),
+      "\n{:<24} {:>4} {:>10} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10} {:>10} {:>9} {:>9} {:>12} {:>5} "
+      "{:>5}\n",
+      "strategy", "fits", fmt::format("device {}", u), fmt::format("peak {}", u), fmt::format("state {}", u),
       fmt::format("act {}", u), "gathered", "commbuf", "intra MiB", "inter MiB", "comm s", "step s",
       "tokens/s", "MFU", "HFU");
   for (const Prediction& p : ps) {
     const double state = double(p.state_params + p.state_grads + p.state_optimizer);
     fmt::print(
-        "{:<24} {:>4} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>9.4f} {:>9.4f} "
+        "{:<24} {:>4} {:>10} {:>9} {:>9} {:>8} {:>9} {:>8} {:>10.1f} {:>10.1f} {:>9.4f} {:>9.4f} "
         "{:>12.0f} {:>5.2f} {:>5.2f}\n",
-        p.strategy, p.fits ? "yes" : "NO", mem(double(p.peak)), mem(state),
+        p.strategy, p.fits ? "yes" : "NO", mem(double(p.device_peak)), mem(double(p.peak)), mem(state),
         mem(double(p.activations)), mem(double(p.at_peak[int(MemCategory::kGatheredParams)])),
         mem(double(p.at_peak[int(MemCategory::kCommBuffers)])),
         double(p.traffic.max_rank_intra) / (1 << 20), double(p.traffic.max_rank_inter) / (1 << 20),
         p.comm_s, p.step_s, p.tokens_per_s, p.mfu, p.hfu);
   }
   fmt::print(
-      "(per rank per step: memory at the peak ({}), bytes sent by the busiest rank per hop class; "
-      "limit {} GiB per rank{}; step s {} overlap)\n",
-      u, gib(ps.empty() ? 0 : ps.front().limit_bytes),
+      "(per rank per step: memory at the peak ({}); device = peak + CUDA context + NCCL buffers + "
+      "caching-allocator margin (GPU clusters, first row: {} + {} + {}); bytes sent by the busiest rank per "
+      "hop class; limit {} GiB per rank{}; step s {} overlap)\n",
+      u, ps.empty() ? "0" : mem(double(ps.front().cuda_context)),
+      ps.empty() ? "0" : mem(double(ps.front().nccl_buffers)),
+      ps.empty() ? "0" : mem(double(ps.front().allocator_margin)), gib(ps.empty() ? 0 : ps.front().limit_bytes),
       cfg.model->bare ? "; --params: model state only" : "",
       cfg.options.overlap ? "with" : "without");
   print_breakdown(ps);
@@ -253,7 +270,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
       m.bare ? std::string("n/a")
              : gib(double(activation_bytes(m.config, cfg.batch_per_rank,
                                            cfg.options.precision == Precision::kBf16Mixed))));
-  fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
+  fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "device GiB");
   for (const std::string& s : names) {
     const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
     if (f.min_world == 0) {
@@ -264,7 +281,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
     }
     const int G = std::min(f.min_world, cfg.ranks_per_node);
     fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, f.min_world, f.min_world / G,
-               gib(double(f.at_min.peak)));
+               gib(double(f.at_min.device_peak)));
     nlohmann::json r = prediction_json(f.at_min);
     r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
     results.push_back(r);
@@ -316,6 +333,8 @@ void add_predict_command(CLI::App& app) {
   p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
   p->add_option("--arch", a.arch, "Block of an L,C,H,T,V spec: gpt2 (default) | llama");
   p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
+      ->capture_default_str();
+  p->add_option("--cross-entropy", a.cross_entropy, "full | chunked (fp32 loss chunk by chunk)")
       ->capture_default_str();
   p->add_option("--activation-checkpointing", a.activation_checkpointing,
                 "none | block | every-K (recompute checkpointed blocks in backward)")

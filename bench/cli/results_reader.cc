@@ -98,6 +98,8 @@ std::string series_prefix(const json& c) {
     add("attention", *att);
   if (const json* ac = at_path(c, {"model", "activation_checkpointing"}); ac && *ac != "none")
     add("activation_checkpointing", *ac);
+  if (const json* ce = at_path(c, {"model", "cross_entropy"}); ce && *ce != "full")
+    add("cross_entropy", *ce);
   if (const json* arch = at_path(c, {"model", "arch"}); arch && *arch != "gpt2")
     add("arch", *arch);
   return str_at(c, {"model", "name"}) + "/w" + world + "/" + str_at(c, {"precision"}) + "/" +

@@ -128,6 +128,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--attention", a.attention,
                   "naive (stores the TxT probabilities) | fused (FlashAttention: row log-sum-exp)")
       ->capture_default_str();
+  app->add_option("--cross-entropy", a.cross_entropy,
+                  "full (logits, their fp32 upcast and probabilities held) | chunked (loss and "
+                  "its gradient in fp32 one chunk of rows at a time, over the logits)")
+      ->capture_default_str();
   app->add_option("--activation-checkpointing", a.activation_checkpointing,
                   "none | block | every-K: keep only a checkpointed block's input, recompute "
                   "its forward in backward (every K-th block)")
@@ -209,6 +213,7 @@ RunConfig to_run_config(const RunArgs& a) {
   c.model.tied_head = c.model.tied_head && !a.untied_head;  // llama: always untied
   try {
     c.model.attention = parse_attention(a.attention);
+    c.model.cross_entropy = parse_cross_entropy(a.cross_entropy);
     c.model.checkpoint_every =
         parse_activation_checkpointing(a.activation_checkpointing, c.model.n_layer);
   } catch (const std::invalid_argument& e) {

@@ -58,6 +58,7 @@ struct RunArgs {
   int seq = 0;  // tokens per sample; 0 = the model's context
   bool untied_head = false;
   std::string attention = "fused";  // naive | fused
+  std::string cross_entropy = "full";  // full | chunked
   std::string activation_checkpointing = "none";  // none | block | every-K
   std::string arch;  // gpt2 | llama; "" = the preset's (gpt2 for a spec)
   bool quiet = false;

@@ -46,6 +46,16 @@ AttentionKind parse_attention(std::string_view s) {
   throw std::invalid_argument("--attention " + std::string(s) + ": allowed naive|fused");
 }
 
+const char* cross_entropy_name(CrossEntropyKind k) {
+  return k == CrossEntropyKind::kChunked ? "chunked" : "full";
+}
+
+CrossEntropyKind parse_cross_entropy(std::string_view s) {
+  if (s == "full") return CrossEntropyKind::kFull;
+  if (s == "chunked") return CrossEntropyKind::kChunked;
+  throw std::invalid_argument("--cross-entropy " + std::string(s) + ": allowed full|chunked");
+}
+
 const char* arch_name(ArchKind a) { return a == ArchKind::kLlama ? "llama" : "gpt2"; }
 
 ArchKind parse_arch(std::string_view s) {
@@ -76,7 +86,7 @@ void validate(const GptConfig& c) {
                                 ": longer than the model's context T=" +
                                 std::to_string(c.context) + " of --model " + c.name);
   if (c.vocab < 2 || c.vocab > 1 << 24) bad("vocabulary V must be in 2..16777216");
-  if (c.checkpoint_every < 0 || c.checkpoint_every > c.n_layer)
+  if (c.checkpoint_every < -1 || c.checkpoint_every > c.n_layer)
     throw std::invalid_argument("--activation-checkpointing every-" +
                                 std::to_string(c.checkpoint_every) + ": K must be in 1.." +
                                 std::to_string(c.n_layer) + " (the layers of --model " + c.name +

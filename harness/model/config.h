@@ -19,6 +19,19 @@ const char* attention_name(AttentionKind a);
 // "naive" | "fused"; throws std::invalid_argument naming --attention.
 AttentionKind parse_attention(std::string_view s);
 
+// How the LM head's logits become the loss (--cross-entropy). kFull: the logits [B·T, V] as the
+// matmul gives them (bf16 under bf16-mixed, autocast's output), their fp32 upcast and the fp32
+// softmax probabilities, all held for backward, as an unfused `cross_entropy(logits.float(),
+// targets)` holds them at its peak. kChunked: the loss and d loss / d logits computed in fp32
+// one chunk of rows at a time (a fused/chunked cross-entropy; torchtune's
+// CEWithChunkedOutputLoss splits into 8 chunks), the gradient written over the logits' own
+// storage (bf16 under bf16-mixed), so only one chunk is ever fp32.
+enum class CrossEntropyKind { kFull, kChunked };
+const char* cross_entropy_name(CrossEntropyKind k);
+// "full" | "chunked"; throws std::invalid_argument naming --cross-entropy.
+CrossEntropyKind parse_cross_entropy(std::string_view s);
+constexpr int kCrossEntropyChunks = 8;
+
 // The decoder block: GPT-2's (LayerNorm, GELU MLP, learned positions, biases) or Llama's
 // (RMSNorm, SwiGLU MLP, rotary positions, grouped-query attention, no biases, untied head;
 // Touvron et al. 2023). llama.h holds the Llama block's layout, forward and backward.
@@ -38,7 +51,9 @@ struct GptConfig {
                         // seq_len = S <= context = the preset's T.
   bool tied_head = true;  // LM head shares the token embedding (GPT-2)
   AttentionKind attention = AttentionKind::kFused;  // --attention
-  int checkpoint_every = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
+  CrossEntropyKind cross_entropy = CrossEntropyKind::kFull;  // --cross-entropy
+  int checkpoint_every = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block),
+                             // -1 op (checkpointing.h's kCheckpointOp)
   ArchKind arch = ArchKind::kGpt2;                  // --arch (a llama preset implies llama)
   int n_kv_head = 0;        // llama: K/V heads (GQA when < n_head); 0 = n_head
   int ffn_hidden = 0;       // llama: SwiGLU hidden width (11008 for 7B); 0 = Llama's rule

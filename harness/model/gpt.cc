@@ -40,8 +40,9 @@ struct GptModel::Acts {
   TrackedBuffer<float> datt;                               // [B,NH,T,T] or fused [B,NH,T]
   TrackedBuffer<float> dfch_gelu, dfch;                    // [B,T,4C]
   // Layer l's slot in the per-layer buffers (activation checkpointing: every checkpointed block
-  // shares one slot; the residual stream's block outputs, residual3, stay per layer).
-  std::vector<int> slot_of;
+  // shares one slot; the residual stream's block outputs, residual3, stay per layer); op_slot_of
+  // for what op checkpointing keeps per layer (qkv, atty, att, fch).
+  std::vector<int> slot_of, op_slot_of;
 
   // Layer l's slices of the per-layer buffers.
   struct Layer {
@@ -50,7 +51,7 @@ struct GptModel::Acts {
   };
   size_t att_per_layer = 0;  // B·NH·T² (naive) or B·NH·T (fused)
   Layer layer(int l, size_t BT, size_t C) {
-    const size_t btc = BT * C, s = size_t(slot_of[size_t(l)]);
+    const size_t btc = BT * C, s = size_t(slot_of[size_t(l)]), so = size_t(op_slot_of[size_t(l)]);
     Layer y;
     y.residual = l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc;
     y.ln1 = ln1.at(l);
@@ -58,7 +59,7 @@ struct GptModel::Acts {
     y.ln1_rstd = ln1_rstd.data() + s * BT;
     y.qkv = qkv.at(l);
     y.atty = atty.at(l);
-    y.att = att.data() + s * att_per_layer;
+    y.att = att.data() + so * att_per_layer;
     y.attproj = attproj.at(l);
     y.residual2 = residual2.data() + s * btc;
     y.ln2 = ln2.at(l);
@@ -90,24 +91,29 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
   Acts& a = *acts_;
   const LayerSlots slots(config_);  // one per kept layer, one shared by the checkpointed ones
+  const LayerSlots op_slots = LayerSlots::for_op_saved(config_);
   const size_t S = slots.count;
   a.slot_of = slots.of;
+  a.op_slot_of = op_slots.of;
   auto saved = [&](size_t n) { return SavedPerLayer(memory_, slots, n, bf16_activations); };
-  a.ends = DecoderEnds(layout_, device_, memory_, batch);
+  auto op_saved = [&](size_t n) {
+    return SavedPerLayer(memory_, op_slots, n, bf16_activations);
+  };
+  a.ends = DecoderEnds(layout_, device_, memory_, batch, bf16_activations);
   a.encoded = f(BT * C);
   a.ln1 = saved(BT * C);
   a.ln1_mean = f(S * BT);
   a.ln1_rstd = f(S * BT);
-  a.qkv = saved(BT * 3 * C);
-  a.atty = saved(BT * C);
+  a.qkv = op_saved(BT * 3 * C);
+  a.atty = op_saved(BT * C);
   a.att_per_layer = attention_saved_floats(config_, B);
-  a.att = f(S * a.att_per_layer);
+  a.att = f(op_slots.count * a.att_per_layer);
   a.attproj = saved(BT * C);
   a.residual2 = f(S * BT * C);
   a.ln2 = saved(BT * C);
   a.ln2_mean = f(S * BT);
   a.ln2_rstd = f(S * BT);
-  a.fch = saved(BT * 4 * C);
+  a.fch = op_saved(BT * 4 * C);
   a.fch_gelu = saved(BT * 4 * C);
   a.fcproj = saved(BT * C);
   a.residual3 = f(L * BT * C);
@@ -143,25 +149,26 @@ float GptModel::forward(const int* tokens, const int* targets, ModelHooks& hooks
 }
 
 // Block l's forward from its input (the residual stream at l). Run once per forward, and again
-// in backward for a checkpointed block, through RecomputeHooks.
-void GptModel::block_forward(int l, ModelHooks& hooks) {
+// in backward for a checkpointed block, through RecomputeHooks. cached (op checkpointing's
+// recompute): qkv, attention and fc keep their saved outputs — their modules' hooks fire, their
+// kernels do not run, as torch's selective checkpoint serves a saved op from its cache.
+void GptModel::block_forward(int l, ModelHooks& hooks, bool cached) {
   Acts& a = *acts_;
   Device& d = device_;
   const int B = batch_, T = config_.seq_len, C = config_.n_embd, BT = B * T;
   const size_t btc = size_t(BT) * C;
   const int m0 = 1 + 6 * l;
   Acts::Layer y = a.layer(l, BT, C);
+  auto saved_op = [&](SavedPerLayer& out, auto&& compute) { run_kept_op(d, out, l, cached, compute); };
   run_module(hooks, layout_, m0, false, [&](Module& m) {
     d.layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.residual, m.param(0), m.param(1),
                         BT, C);
   });
   a.ln1.store(d, l);
   run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
-    d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C);
+    saved_op(a.qkv, [&] { d.linear_forward(y.qkv, y.ln1, m.param(0), m.param(1), BT, C, 3 * C); });
   });
-  a.qkv.store(d, l);
-  run_attention_forward(d, config_, y.atty, y.att, y.qkv, B);
-  a.atty.store(d, l);
+  saved_op(a.atty, [&] { run_attention_forward(d, config_, y.atty, y.att, y.qkv, B); });
   run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
     d.linear_forward(y.attproj, y.atty, m.param(0), m.param(1), BT, C, C);
   });
@@ -173,9 +180,8 @@ void GptModel::block_forward(int l, ModelHooks& hooks) {
   });
   a.ln2.store(d, l);
   run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
-    d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C);
+    saved_op(a.fch, [&] { d.linear_forward(y.fch, y.ln2, m.param(0), m.param(1), BT, C, 4 * C); });
   });
-  a.fch.store(d, l);
   d.gelu_forward(y.fch_gelu, y.fch, 4 * btc);
   a.fch_gelu.store(d, l);
   run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
@@ -203,7 +209,9 @@ void GptModel::backward(ModelHooks& hooks) {
   for (int l = L - 1; l >= 0; --l) {
     const int m0 = 1 + 6 * l;
     Acts::Layer y = a.layer(l, BT, C);
-    recompute_if_checkpointed(config_, l, hooks, [&](ModelHooks& redo) { block_forward(l, redo); });
+    recompute_if_checkpointed(config_, l, hooks, [&](ModelHooks& redo) {
+      block_forward(l, redo, is_op_checkpointing(config_));
+    });
     a.load_layer(d, l);
     // residual3 = residual2 + fcproj: dres is the gradient of both terms.
     run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {

@@ -58,7 +58,7 @@ class GptModel {
 
  private:
   struct Acts;
-  void block_forward(int l, ModelHooks& hooks);
+  void block_forward(int l, ModelHooks& hooks, bool cached = false);
   GptConfig config_;
   ModelLayout layout_;
   int batch_;

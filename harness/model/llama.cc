@@ -29,8 +29,9 @@ struct LlamaModel::Acts {
   TrackedBuffer<float> rmsf, rstdf;                        // [B,T,C], [B,T]
   TrackedBuffer<float> dresidual, dqkv, datt, dh, dg;      // C, 3C, att scratch, 2F, F
   size_t att_per_layer = 0, btc = 0, bt = 0;
-  std::vector<int> slot_of;
+  std::vector<int> slot_of, op_slot_of;  // op_slot_of: qkv, atty, att, h (see gpt.cc)
   size_t slot(int l) const { return size_t(slot_of[size_t(l)]); }
+  size_t op_slot(int l) const { return size_t(op_slot_of[size_t(l)]); }
   float* residual_in(int l) { return l == 0 ? encoded.data() : residual3.data() + (l - 1) * btc; }
   void load_layer(Device& d, int l) {
     for (SavedPerLayer* s : {&rms1, &qkv, &atty, &rms2, &h, &g}) s->load(d, l);
@@ -47,25 +48,29 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
                F = config_.ffn_hidden, BT = B * T,
                KVD = size_t(config_.kv_heads()) * config_.head_dim();
   auto f = [&](size_t n) { return TrackedBuffer<float>(memory, MemCategory::kActivations, n); };
-  const LayerSlots slots(config_);
+  const LayerSlots slots(config_), op_slots = LayerSlots::for_op_saved(config_);
   const size_t S = slots.count;
   auto saved = [&](size_t n) { return SavedPerLayer(memory, slots, n, bf16_activations); };
+  auto op_saved = [&](size_t n) {
+    return SavedPerLayer(memory, op_slots, n, bf16_activations);
+  };
   Acts& a = *acts_;
   a.slot_of = slots.of;
+  a.op_slot_of = op_slots.of;
   a.bt = BT;
   a.btc = BT * C;
-  a.ends = DecoderEnds(layout_, device_, memory, batch);
+  a.ends = DecoderEnds(layout_, device_, memory, batch, bf16_activations);
   a.encoded = f(BT * C);
   a.rms1 = saved(BT * C);
-  a.qkv = saved(BT * 3 * C);
-  a.atty = saved(BT * C);
+  a.qkv = op_saved(BT * 3 * C);
+  a.atty = op_saved(BT * C);
   a.rms2 = saved(BT * C);
-  a.h = saved(BT * 2 * F);
+  a.h = op_saved(BT * 2 * F);
   a.g = saved(BT * F);
   a.rstd1 = f(S * BT);
   a.rstd2 = f(S * BT);
   a.att_per_layer = attention_saved_floats(config_, B);
-  a.att = f(S * a.att_per_layer);
+  a.att = f(op_slots.count * a.att_per_layer);
   a.residual2 = f(S * BT * C);
   a.residual3 = f(L * BT * C);
   a.qkv_raw = f(BT * (C + 2 * KVD));
@@ -81,7 +86,9 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
 
 LlamaModel::~LlamaModel() = default;
 
-void LlamaModel::forward_block(int l, ModelHooks& hooks) {
+// cached: op checkpointing's recompute (gpt.cc's block_forward): qkv with its RoPE, attention
+// and w1|w3 keep their saved outputs; their modules' hooks fire, their kernels do not run.
+void LlamaModel::forward_block(int l, ModelHooks& hooks, bool cached) {
   Acts& a = *acts_;
   Device& d = device_;
   const auto [B, T, C, H, KV, hd, F, BT] = dims_;
@@ -91,18 +98,20 @@ void LlamaModel::forward_block(int l, ModelHooks& hooks) {
   float* residual3 = a.residual3.data() + l * a.btc;
   float* rstd1 = a.rstd1.data() + a.slot(l) * a.bt;
   float* rstd2 = a.rstd2.data() + a.slot(l) * a.bt;
-  float* att = a.att.data() + a.slot(l) * a.att_per_layer;
+  float* att = a.att.data() + a.op_slot(l) * a.att_per_layer;
+  auto saved_op = [&](SavedPerLayer& out, auto&& compute) { run_kept_op(d, out, l, cached, compute); };
   run_module(hooks, layout_, m0, false, [&](Module& m) {
     d.rmsnorm_forward(a.rms1.at(l), rstd1, residual, m.param(0), BT, C);
   });
   a.rms1.store(d, l);
   run_module(hooks, layout_, m0 + 1, false, [&](Module& m) {
-    d.linear_forward(a.qkv_raw.data(), a.rms1.at(l), m.param(0), nullptr, BT, C, C + 2 * KV * hd);
+    saved_op(a.qkv, [&] {
+      d.linear_forward(a.qkv_raw.data(), a.rms1.at(l), m.param(0), nullptr, BT, C,
+                       C + 2 * KV * hd);
+      d.rope_gqa_forward(a.qkv.at(l), a.qkv_raw.data(), B, T, H, KV, hd, config_.rope_theta);
+    });
   });
-  d.rope_gqa_forward(a.qkv.at(l), a.qkv_raw.data(), B, T, H, KV, hd, config_.rope_theta);
-  a.qkv.store(d, l);
-  run_attention_forward(d, config_, a.atty.at(l), att, a.qkv.at(l), B);
-  a.atty.store(d, l);
+  saved_op(a.atty, [&] { run_attention_forward(d, config_, a.atty.at(l), att, a.qkv.at(l), B); });
   run_module(hooks, layout_, m0 + 2, false, [&](Module& m) {
     d.linear_forward(a.work.data(), a.atty.at(l), m.param(0), nullptr, BT, C, C);
   });
@@ -112,9 +121,8 @@ void LlamaModel::forward_block(int l, ModelHooks& hooks) {
   });
   a.rms2.store(d, l);
   run_module(hooks, layout_, m0 + 4, false, [&](Module& m) {
-    d.linear_forward(a.h.at(l), a.rms2.at(l), m.param(0), nullptr, BT, C, 2 * F);
+    saved_op(a.h, [&] { d.linear_forward(a.h.at(l), a.rms2.at(l), m.param(0), nullptr, BT, C, 2 * F); });
   });
-  a.h.store(d, l);
   d.swiglu_forward(a.g.at(l), a.h.at(l), BT, F);
   a.g.store(d, l);
   run_module(hooks, layout_, m0 + 5, false, [&](Module& m) {
@@ -144,8 +152,10 @@ void LlamaModel::backward_block(int l, ModelHooks& hooks) {
   const int m0 = 1 + kLlamaModulesPerBlock * l;
   float* dres = a.dresidual.data();
   float* dx = a.work.data();
-  const float* att = a.att.data() + a.slot(l) * a.att_per_layer;
-  recompute_if_checkpointed(config_, l, hooks, [&](ModelHooks& redo) { forward_block(l, redo); });
+  const float* att = a.att.data() + a.op_slot(l) * a.att_per_layer;
+  recompute_if_checkpointed(config_, l, hooks, [&](ModelHooks& redo) {
+    forward_block(l, redo, is_op_checkpointing(config_));
+  });
   a.load_layer(d, l);
   run_module(hooks, layout_, m0 + 5, true, [&](Module& m) {
     d.linear_backward(a.dg.data(), m.grad(0), nullptr, dres, a.g.at(l), m.param(0), BT, F, C);

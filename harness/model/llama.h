@@ -32,7 +32,7 @@ class LlamaModel {
   struct BlockDims {
     int B, T, C, H, KV, hd, F, BT;
   };
-  void forward_block(int l, ModelHooks& hooks);
+  void forward_block(int l, ModelHooks& hooks, bool cached = false);
   void backward_block(int l, ModelHooks& hooks);
   GptConfig config_;
   ModelLayout layout_;

@@ -13,7 +13,9 @@
 namespace sb {
 
 // Layer l's slot in the per-layer buffers: one per layer kept, and one shared by every
-// checkpointed layer (its forward's transient, then backward's recompute). S = slots().
+// checkpointed layer (its forward's transient, then backward's recompute). S = count.
+// for_op_saved: the slots of the tensors op checkpointing keeps (kCheckpointOp: one per
+// layer; otherwise the same as the others').
 struct LayerSlots {
   std::vector<int> of;
   size_t count = 0;
@@ -24,6 +26,13 @@ struct LayerSlots {
       of.push_back(is_checkpointed(c, int(l)) ? int(count - 1) : int(k++));
   }
   LayerSlots() = default;
+  static LayerSlots for_op_saved(const GptConfig& c) {
+    if (!is_op_checkpointing(c)) return LayerSlots(c);
+    LayerSlots s;
+    s.count = size_t(c.n_layer);
+    for (int l = 0; l < c.n_layer; ++l) s.of.push_back(l);
+    return s;
+  }
 };
 
 // One per-layer tensor saved for backward, [S, n]: layer l lives in slot slots.of[l]. In fp32
@@ -58,5 +67,15 @@ class SavedPerLayer {
   TrackedBuffer<float> f32_;
   TrackedBuffer<uint16_t> half_;
 };
+
+// One op whose output op checkpointing keeps (qkv, attention, fc / w1|w3): computed and saved in
+// a forward; in op's recompute (cached) served from what was saved, as torch's selective
+// checkpoint serves a MUST_SAVE op from its cache — the fp32 work reloaded, nothing computed.
+template <class Compute>
+void run_kept_op(Device& d, SavedPerLayer& out, int l, bool cached, Compute&& compute) {
+  if (cached) return out.load(d, l);
+  compute();
+  out.store(d, l);
+}
 
 }  // namespace sb

@@ -72,6 +72,15 @@ Cluster gpu_node(const char* name, const char* device, const char* cuda_name, do
   c.intra = LinkClass{nvlink, 3.4e-6, true};
   c.inter = LinkClass{node_net, 9.6e-6, false};
   c.kernels = kernels;
+  // Device memory outside the tensors. CUDA context: assumed 500 MiB per process (PyTorch's
+  // torch.cuda.memory_allocated documents that the context is created on the GPU and not
+  // counted; its size depends on driver, CUDA version and loaded kernels: an assumption to be
+  // measured, not a datasheet figure). NCCL: NCCL_BUFFSIZE's documented default, 4 MiB (NCCL
+  // user guide, Environment Variables), per channel and connected peer; 16 channels assumed
+  // (NCCL_MIN/MAX_NCHANNELS unset; nccl-tests logs on NVSwitch nodes show 16-32).
+  c.cuda_context_bytes = 500.0 * (1 << 20);
+  c.nccl_buffsize_bytes = 4.0 * (1 << 20);
+  c.nccl_channels = 16;
   c.source = source;
   return c;
 }
@@ -255,6 +264,9 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"intra", link(c.intra)},
           {"inter", link(c.inter)},
           {"kernels", kernel_model_json(c.kernels)},
+          {"cuda_context_bytes", c.cuda_context_bytes},
+          {"nccl_buffsize_bytes", c.nccl_buffsize_bytes},
+          {"nccl_channels", c.nccl_channels},
           {"source", c.source}};
 }
 
@@ -273,6 +285,9 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.base_latency_s = num(j, "base_latency_s", c.base_latency_s);
   c.ranks_per_node = int(num(j, "ranks_per_node", c.ranks_per_node));
   c.host_cores = int(num(j, "host_cores", c.host_cores));
+  c.cuda_context_bytes = num(j, "cuda_context_bytes", c.cuda_context_bytes);
+  c.nccl_buffsize_bytes = num(j, "nccl_buffsize_bytes", c.nccl_buffsize_bytes);
+  c.nccl_channels = int(num(j, "nccl_channels", c.nccl_channels));
   if (j.contains("bf16_matmul")) {
     if (!j["bf16_matmul"].is_boolean())
       throw std::invalid_argument("cluster key 'bf16_matmul' must be true or false");
@@ -289,6 +304,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   if (c.compute_efficiency <= 0 || c.comm_efficiency <= 0) bad("efficiencies must be positive");
   if (c.device_memory_bytes <= 0) bad("device_memory_bytes must be positive");
   if (c.ranks_per_node < 1) bad("ranks_per_node must be >= 1");
+  if (c.cuda_context_bytes < 0 || c.nccl_buffsize_bytes < 0 || c.nccl_channels < 0)
+    bad("cuda_context_bytes, nccl_buffsize_bytes and nccl_channels must be >= 0");
   if (c.intra.bw_bytes_per_s <= 0 || c.inter.bw_bytes_per_s <= 0)
     bad("bandwidths must be positive");
   return c;

@@ -50,6 +50,11 @@ struct Cluster {
                                     // cores and memory are divided among the world's ranks
   LinkClass intra, inter;
   KernelModel kernels;
+  // Device memory outside the tensors (GPU clusters; 0 on CPU): the CUDA context, and NCCL's
+  // per-connection buffers, nccl_buffsize_bytes per channel and ring peer of each communicator.
+  double cuda_context_bytes = 0;
+  double nccl_buffsize_bytes = 0;
+  int nccl_channels = 0;
   std::string source;  // datasheets / calibration command and date
 
   double peak_flops(bool bf16) const { return bf16 ? peak_flops_bf16 : peak_flops_fp32; }

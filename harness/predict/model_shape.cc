@@ -30,7 +30,7 @@ std::string key_of(const GptConfig& c) {
   return std::to_string(c.n_layer) + "," + std::to_string(c.n_embd) + "," +
          std::to_string(c.n_head) + "," + std::to_string(c.seq_len) + "," +
          std::to_string(c.vocab) + "/" + std::to_string(c.positions()) + (c.tied_head ? "t" : "u") +
-         attention_name(c.attention) + "/ac" + std::to_string(c.checkpoint_every) + "/" +
+         attention_name(c.attention) + cross_entropy_name(c.cross_entropy) + "/ac" + std::to_string(c.checkpoint_every) + "/" +
          arch_name(c.arch) + "/" + std::to_string(c.kv_heads()) + "," +
          std::to_string(c.ffn_hidden) + "," + std::to_string(c.rope_theta);
 }
@@ -105,8 +105,9 @@ uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
   // Per token: per layer residual2 and ln1/ln2 mean, rstd; saved, 16 of a layer's 18 C (all
   // but the residuals: activation_formula); once encoded, lnf, dresidual, dbtc, dqkv 3,
   // dfch_gelu 4, dfch 4 and lnf mean, rstd.
+  // op checkpointing keeps qkv 3C, atty C and fc 4C per layer.
   return activation_bytes_of(c, batch, bf16, {.per_slot = C + 4, .saved = 16 * C,
-                                              .once = 15 * C + 2});
+                                              .op_saved = 8 * C, .once = 15 * C + 2});
 }
 
 const char* activation_formula() {
@@ -119,7 +120,18 @@ const char* activation_formula() {
          "backward's scratch). gpt.cc's activations kept for backward, one layer of fp32 "
          "activation gradients, int32 tokens/targets. --activation-checkpointing: in every "
          "per-layer term but one B*T*C (the block output, the next block's input) L becomes "
-         "S = L - n_ckpt + 1 (the kept layers and one recompute slot; S = L without)";
+         "S = L - n_ckpt + 1 (the kept layers and one recompute slot; S = L without). The loss's "
+         "2*B*T*V floats are --cross-entropy full in fp32: see formulas.cross_entropy. "
+         "--activation-checkpointing op: S = 1, but the tensors op keeps (GPT-2 qkv, atty, fc: "
+         "8*B*T*C; Llama qkv, atty, w1|w3: B*T*(4*C + 2*F)) and A over L";
+}
+
+const char* cross_entropy_formula() {
+  return "full: 8*B*T*V bytes (fp32 logits, the loss's upcast and later dlogits, and fp32 "
+         "probabilities), + 2*B*T*V under bf16-mixed (the head's bf16 logits); chunked: the "
+         "logits, then dlogits, 4*B*T*V (fp32) or 2*B*T*V (bf16-mixed), + fp32 chunks of "
+         "R = ceil(B*T/8) rows: 4*R*V (probabilities) or 8*R*V (bf16-mixed: logits and "
+         "probabilities)";
 }
 
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
@@ -130,15 +142,15 @@ uint64_t bf16_operand_bytes(const GptConfig& c, int batch) {
   // one sequence's attention probabilities over all heads (batched per sequence).
   // (fused attention is one fp32 kernel: no cuBLAS operands).
   const uint64_t probs = c.attention == AttentionKind::kNaive ? NH * T * T : 0;
-  const uint64_t a = std::max({BT * V, BT * 4 * C, probs});
+  const uint64_t a = std::max({head_rows(c, B) * V, BT * 4 * C, probs});
   // Slot B: the LM head's weight, fc/fcproj's 4C-wide input in their dW, or their weights.
   const uint64_t b = std::max({V * C, BT * 4 * C, 4 * C * C});
   return 2 * (a + b);
 }
 
 const char* bf16_operand_formula() {
-  return "2*(max(B*T*V, 4*B*T*C, NH*T^2 if --attention naive) + max(V*C, 4*B*T*C, 4*C^2)) "
-         "bytes: the CUDA device's bf16 copies of the largest op(A) and op(B) matmul operands, kept while bf16 matmuls are on";
+  return "2*(max(R*V, 4*B*T*C, NH*T^2 if --attention naive) + max(V*C, 4*B*T*C, 4*C^2)) "
+         "bytes: the CUDA device's bf16 copies of the largest op(A) and op(B) matmul operands, kept while bf16 matmuls are on; R = B*T, or ceil(B*T/8) under --cross-entropy chunked";
 }
 
 double predict_flops(const ModelShape& m, uint64_t tokens) {

@@ -41,6 +41,8 @@ std::vector<std::string> predict_model_aliases();
 // bf16: bf16-mixed's storage (gpt.cc's Saved): see activation_formula().
 uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16 = false);
 const char* activation_formula();
+// The loss's bytes by --cross-entropy and precision (activation_terms.h's loss_bytes).
+const char* cross_entropy_formula();
 // Bytes of the CUDA device's two bf16 operand slots once a bf16-matmul step has run: each slot
 // holds the largest op(A) / op(B) operand of any matmul of the step (cuda_device.cu).
 uint64_t bf16_operand_bytes(const GptConfig& c, int batch);

@@ -4,6 +4,7 @@
 #include "harness/predict/predict.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 #include "harness/comm/communicator.h"
@@ -174,6 +175,21 @@ void fill_uncertainty(Prediction& p, const PredictConfig& cfg, const Cluster& cl
   p.step_hi_s = p.step_s * (1 + u);
 }
 
+// The device memory a GPU rank holds beside its tensors (Prediction's runtime categories).
+void fill_runtime(Prediction& p, const Cluster& cluster, const AllocatorModel& allocations) {
+  p.device_peak = p.peak;
+  if (cluster.host_cores > 0) return;  // CPU: ranks are processes, no device context
+  std::array<bool, kNumGroupKinds> used{};
+  for (const auto& kind : p.traffic.by_kind)
+    for (int g = 0; g < kNumGroupKinds; ++g) used[size_t(g)] = used[size_t(g)] || kind[g].sent_bytes > 0;
+  p.communicators = int(std::count(used.begin(), used.end(), true));
+  p.cuda_context = uint64_t(cluster.cuda_context_bytes);
+  p.nccl_buffers = uint64_t(cluster.nccl_buffsize_bytes) * uint64_t(cluster.nccl_channels) * 2 *
+                   uint64_t(p.communicators);
+  p.allocator_margin = p.model_state_only ? 0 : allocations.margin();
+  p.device_peak = p.peak + p.cuda_context + p.nccl_buffers + p.allocator_margin;
+}
+
 }  // namespace
 
 std::string outside_validated_region(const PredictConfig& cfg, const Cluster& cluster,
@@ -225,8 +241,9 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   const Topology sim_topo = simulated_topology(N, G, P, topo);
   SimClock clock;
   clock.serial = cluster.oversubscription(N) > 1.0;
+  AllocatorModel allocations;
   const std::unique_ptr<Device> device = make_sim_device(
-      cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank);
+      cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank, &allocations);
   auto account = [&] {
     return topo ? TrafficAccount(sim_topo, cluster) : TrafficAccount(N, G, cluster, P);
   };
@@ -253,8 +270,9 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   fill_memory(p, run, shape, cfg);
   p.limit_bytes =
       cfg.mem_limit_gb > 0 ? cfg.mem_limit_gb * double(1ull << 30) : cluster.memory_per_rank(N);
-  p.fits = double(p.peak) <= p.limit_bytes;
   p.traffic = step_account.finish();
+  fill_runtime(p, cluster, allocations);
+  p.fits = double(p.device_peak) <= p.limit_bytes;
   fill_time(p, run, measured.busy_s(), shape, cfg, cluster, N);
   if (!shape.bare) p.phases = run.phases;
   if (!shape.bare) measured.fill(p);

@@ -38,6 +38,12 @@ struct Prediction {
   uint64_t activations = 0, peak = 0;
   MemBreakdown at_peak{};
   bool model_state_only = false;  // a bare --params count: no activations or transients
+  // Device memory outside the tracker's tensors (GPU clusters; all 0 on CPU): the CUDA context,
+  // NCCL's buffers (NCCL_BUFFSIZE x channels x 2 ring peers per communicator the step uses),
+  // and the caching allocator's reserved-over-allocated margin (sim_device.h's
+  // AllocatorModel). device_peak = peak + these three; fits compares it with the limit.
+  uint64_t cuda_context = 0, nccl_buffers = 0, allocator_margin = 0, device_peak = 0;
+  int communicators = 0;
   double limit_bytes = 0;
   bool fits = false;
   Traffic traffic;

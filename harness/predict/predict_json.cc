@@ -19,6 +19,7 @@ json predict_config_json(const PredictConfig& cfg) {
                              {"seq_len", m.config.seq_len},    {"vocab", m.config.vocab},
                              {"tied_head", m.config.tied_head},
                              {"attention", attention_name(m.config.attention)},
+                             {"cross_entropy", cross_entropy_name(m.config.cross_entropy)},
                              {"activation_checkpointing",
                               activation_checkpointing_name(m.config.checkpoint_every)}};
   if (!m.bare) add_llama_keys(model, m.config);
@@ -109,6 +110,12 @@ json prediction_json(const Prediction& p) {
         {"gathered_params_bytes", p.at_peak[int(MemCategory::kGatheredParams)]},
         {"comm_buffers_bytes", p.at_peak[int(MemCategory::kCommBuffers)]},
         {"workspace_bytes", p.at_peak[int(MemCategory::kWorkspace)]},
+        {"runtime",
+         {{"cuda_context_bytes", p.cuda_context},
+          {"nccl_buffers_bytes", p.nccl_buffers},
+          {"nccl_communicators", p.communicators},
+          {"allocator_margin_bytes", p.allocator_margin}}},
+        {"device_peak_bytes_per_rank", p.device_peak},
         {"breakdown_at_peak", breakdown},
         {"limit_bytes_per_rank", p.limit_bytes},
         {"scope", p.model_state_only ? "model_state_only" : "model_state+activations+transients"}}},
@@ -158,6 +165,7 @@ json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
               {"cluster", cluster_json(cluster)},
               {"formulas",
                {{"activations", llama ? llama_activation_formula() : activation_formula()},
+                {"cross_entropy", cross_entropy_formula()},
                 {"bf16_operands", llama ? llama_bf16_operand_formula() : bf16_operand_formula()},
                 {"flops", cfg.model->bare ? "6*params*tokens" : flop_formula(cfg.model->config)},
                 {"hardware_flops", cfg.model->bare ? "6*params*tokens"

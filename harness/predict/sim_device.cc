@@ -3,6 +3,7 @@
 #include "harness/predict/sim_device.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "harness/common/check.h"
 #include "harness/predict/model_shape.h"
@@ -13,11 +14,18 @@ namespace {
 // Addresses handed out: far above anything mapped, never dereferenced (holds_data() false).
 constexpr uint64_t kSimBase = uint64_t(1) << 44;
 
+constexpr uint64_t kMinBlock = 512, kSmallSize = 1 << 20, kSmallBuffer = 2 << 20,
+                   kMinLargeAlloc = 10 << 20, kLargeBuffer = 20 << 20, kRoundLarge = 2 << 20;
+
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
 class SimDevice final : public Device {
  public:
-  SimDevice(const Cluster& c, int world, SimClock& clock, const GptConfig* model, int batch)
+  SimDevice(const Cluster& c, int world, SimClock& clock, const GptConfig* model, int batch,
+            AllocatorModel* allocations)
       : cluster_(c), clock_(clock), slow_(c.oversubscription(world)),
-        operand_bytes_(model && c.bf16_matmul ? bf16_operand_bytes(*model, batch) : 0) {}
+        operand_bytes_(model && c.bf16_matmul ? bf16_operand_bytes(*model, batch) : 0),
+        allocations_(allocations) {}
 
   std::string name() const override { return "sim:" + cluster_.name; }
   bool is_host() const override { return cluster_.host_cores > 0; }
@@ -27,9 +35,18 @@ class SimDevice final : public Device {
     return RawAllocator{[this](size_t bytes) {
                           const uint64_t at = next_;
                           next_ += (std::max<uint64_t>(bytes, 1) + 255) / 256 * 256;
+                          if (allocations_ != nullptr) {
+                            sizes_[at] = bytes;
+                            allocations_->add(bytes, +1);
+                          }
                           return reinterpret_cast<void*>(at);
                         },
-                        [](void*) {}};
+                        [this](void* p) {
+                          auto it = sizes_.find(reinterpret_cast<uint64_t>(p));
+                          if (it == sizes_.end()) return;
+                          allocations_->add(it->second, -1);
+                          sizes_.erase(it);
+                        }};
   }
   void copy_to_device(void*, const void*, size_t bytes) override { memory(bytes, kCopy); }
   void copy_to_host(void*, const void*, size_t bytes) override { memory(bytes, kCopy); }
@@ -200,6 +217,8 @@ class SimDevice final : public Device {
   SimClock& clock_;
   double slow_;
   uint64_t operand_bytes_;
+  AllocatorModel* allocations_;
+  std::unordered_map<uint64_t, uint64_t> sizes_;  // live allocations (with allocations_)
   bool bf16_ = false;
   uint64_t next_ = kSimBase;
   TrackedBuffer<uint8_t> operands_;
@@ -207,9 +226,29 @@ class SimDevice final : public Device {
 
 }  // namespace
 
+void AllocatorModel::add(uint64_t bytes, int sign) {
+  const uint64_t r = round_up(std::max<uint64_t>(bytes, 1), kMinBlock);
+  uint64_t& cls = r <= kSmallSize ? small : r <= kMinLargeAlloc ? mid : large;
+  const uint64_t counted = r > kMinLargeAlloc ? round_up(r, kRoundLarge) : r;
+  if (sign > 0) {
+    live += bytes;
+    cls += counted;
+  } else {
+    live -= bytes;
+    cls -= counted;
+  }
+  peak_live = std::max(peak_live, live);
+  peak_reserved = std::max(peak_reserved, reserved());
+}
+
+uint64_t AllocatorModel::reserved() const {
+  return round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large;
+}
+
 std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,
-                                        const GptConfig* model, int batch_per_rank) {
-  return std::make_unique<SimDevice>(cluster, world, clock, model, batch_per_rank);
+                                        const GptConfig* model, int batch_per_rank,
+                                        AllocatorModel* allocations) {
+  return std::make_unique<SimDevice>(cluster, world, clock, model, batch_per_rank, allocations);
 }
 
 }  // namespace sb

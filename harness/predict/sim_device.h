@@ -31,10 +31,28 @@ struct SimClock {
   double launch_s = 0, contention_s = 0;
 };
 
+// PyTorch's CUDA caching allocator over the simulated device's allocations, at its peak:
+// what it would reserve from cudaMalloc (segments) for the bytes live, by its size classes
+// (c10/cuda/CUDACachingAllocator.cpp: every request rounded up to kMinBlockSize 512 B; requests
+// up to kSmallSize 1 MiB share kSmallBuffer 2 MiB segments, those up to kMinLargeAlloc 10 MiB
+// kLargeBuffer 20 MiB segments, larger ones get their own segment rounded up to kRoundLarge
+// 2 MiB). Packing is perfect and freed blocks are not kept cached: a lower bound on
+// max_memory_reserved() - max_memory_allocated().
+struct AllocatorModel {
+  uint64_t live = 0, peak_live = 0;
+  uint64_t small = 0, mid = 0, large = 0;  // live rounded bytes per size class
+  uint64_t peak_reserved = 0;
+  void add(uint64_t bytes, int sign);
+  uint64_t reserved() const;
+  uint64_t margin() const { return peak_reserved > peak_live ? peak_reserved - peak_live : 0; }
+};
+
 // Kernel costs: kernel_cost.h's rules at the matmul precision in force; a GEMM or attention
 // kernel that starts while a collective is in flight runs on the SMs the collective leaves
 // (KernelModel::comm_sms); every kernel slowed by the cluster's oversubscription.
+// `allocations` (optional) follows every allocation and free of the device.
 std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,
-                                        const GptConfig* model, int batch_per_rank);
+                                        const GptConfig* model, int batch_per_rank,
+                                        AllocatorModel* allocations = nullptr);
 
 }  // namespace sb

@@ -124,6 +124,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
                 {"n_head", m.n_head}, {"seq_len", m.seq_len}, {"context", m.positions()},
                 {"vocab", m.vocab},
                 {"tied_head", m.tied_head}, {"attention", attention_name(m.attention)},
+                {"cross_entropy", cross_entropy_name(m.cross_entropy)},
                 {"activation_checkpointing", activation_checkpointing_name(m.checkpoint_every)}};
   add_llama_keys(model, m);
   return json{

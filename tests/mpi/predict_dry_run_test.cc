@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include "harness/predict/predict.h"
+#include "harness/model/checkpointing.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -174,6 +175,21 @@ std::vector<Knobs> knob_cases() {
          c.options.prefetch_elements = 300;
          c.options.backward_prefetch = BackwardPrefetch::kPost;
          c.options.fsdp2_prefetch = 2;
+       }},
+      // op checkpointing (every block's recompute fires its modules' hooks; the kept ops' outputs
+      // per layer) and the chunked loss (fp32 chunks over bf16 logits), fp32 and bf16.
+      {"ac_op_chunked_loss_bf16",
+       [](RunConfig& c) {
+         c.model.checkpoint_every = kCheckpointOp;
+         c.model.cross_entropy = CrossEntropyKind::kChunked;
+         c.options.precision = Precision::kBf16Mixed;
+         apply_zero_schedule(ZeroSchedule::kPaper, c.options);
+       }},
+      {"ac_op_naive_chunked_loss",
+       [](RunConfig& c) {
+         c.model.checkpoint_every = kCheckpointOp;
+         c.model.cross_entropy = CrossEntropyKind::kChunked;
+         c.model.attention = AttentionKind::kNaive;
        }},
       {"ddp_view_small_buckets",
        [](RunConfig& c) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/closed_forms.h"
+#include "harness/model/checkpointing.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -29,6 +30,7 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   const Case& c = GetParam();
   RunConfig cfg = tiny_config(c.precision, 2);
   cfg.model.checkpoint_every = c.ac;
+  if (c.ac == kCheckpointOp) cfg.model.cross_entropy = CrossEntropyKind::kChunked;
   cfg.options.persist_elements = c.persist;
   apply_zero_schedule(c.schedule, cfg.options);
   const Topology& topo = run_env().topo;
@@ -72,6 +74,10 @@ std::vector<Case> cases() {
   v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, false, 2});
   v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true, 1});
   v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, -2, false, 1});
+  // op checkpointing: every block's recompute fires its modules' hooks (a third gather of each
+  // block under the paper's ZeRO-3 and MiCS), with the chunked loss (no collective of its own).
+  for (const char* s : {"zero3", "mics", "fsdp_full_shard", "ddp"})
+    v.push_back({s, Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, -1, false, kCheckpointOp});
   return v;
 }
 
@@ -81,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](
          (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
          (info.param.reshard == 0 ? "_no_reshard" : info.param.reshard == -2 ? "_reshard_node" : "") +
          (info.param.hier ? "_hierarchical" : "") +
-         (info.param.ac ? "_ac_every" + std::to_string(info.param.ac) : "");
+         (info.param.ac > 0 ? "_ac_every" + std::to_string(info.param.ac)
+          : info.param.ac < 0 ? std::string("_ac_op") : std::string(""));
 });
 
 // The paper's ZeRO-3 gathers tensor by tensor: more, smaller collectives than FSDP's units.

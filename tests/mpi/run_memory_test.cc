@@ -9,6 +9,7 @@
 #include "strategies/buckets.h"
 #include "harness/predict/model_shape.h"
 #include "tests/closed_forms.h"
+#include "harness/model/checkpointing.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -63,7 +64,9 @@ TEST(Peak, OrdersDdpZero1Zero2Zero3OnSmall) {
 // buffers follow the same timeline with and without it (DDP, ZeRO-2; FSDP and FSDP2, whose
 // recompute runs inside the backward gather), the peak drops by exactly the activation bytes
 // the closed form says it drops (harness/predict/model_shape.cc activation_bytes), fp32 and
-// bf16-mixed activations, naive and fused attention.
+// bf16-mixed activations, naive and fused attention; for block and op checkpointing and for
+// the chunked loss (its logits and one fp32 chunk instead of the full fp32 logits and
+// probabilities, allocated once too).
 TEST(Peak, ActivationCheckpointingLowersThePeakByTheActivationsItDrops) {
   for (bool bf16 : {false, true}) {
     RunConfig cfg = tiny_config(bf16 ? Precision::kBf16Mixed : Precision::kFp32, 2);
@@ -71,15 +74,22 @@ TEST(Peak, ActivationCheckpointingLowersThePeakByTheActivationsItDrops) {
     cfg.model = parse_model("4,32,4,16,64", cfg.model.arch == ArchKind::kLlama ? "llama" : "");
     cfg.model.attention = bf16 ? AttentionKind::kFused : AttentionKind::kNaive;
     cfg.options.overlap = false;  // buffers are freed at fixed points, so the peak is repeatable
-    RunConfig ac = cfg;
-    ac.model.checkpoint_every = 1;
-    const uint64_t dropped = activation_bytes(cfg.model, cfg.batch_per_rank, bf16) -
-                             activation_bytes(ac.model, ac.batch_per_rank, bf16);
-    EXPECT_GT(dropped, 0u);
-    for (const char* s : {"ddp", "zero2", "fsdp_full_shard", "fsdp2"}) {
-      const StrategyRun without = run(s, cfg, false), with = run(s, ac, false);
-      ASSERT_EQ(with.status, "ok") << s << ": " << with.error;
-      EXPECT_EQ(without.peak_bytes - with.peak_bytes, dropped) << s << (bf16 ? " bf16" : " fp32");
+    for (auto [every, loss] : {std::pair{1, CrossEntropyKind::kFull},
+                               std::pair{kCheckpointOp, CrossEntropyKind::kFull},
+                               std::pair{0, CrossEntropyKind::kChunked}}) {
+      RunConfig ac = cfg;
+      ac.model.checkpoint_every = every;
+      ac.model.cross_entropy = loss;
+      const uint64_t dropped = activation_bytes(cfg.model, cfg.batch_per_rank, bf16) -
+                               activation_bytes(ac.model, ac.batch_per_rank, bf16);
+      EXPECT_GT(dropped, 0u);
+      const std::string at = activation_checkpointing_name(every) + " " +
+                             cross_entropy_name(loss) + (bf16 ? " bf16" : " fp32");
+      for (const char* s : {"ddp", "zero2", "fsdp_full_shard", "fsdp2"}) {
+        const StrategyRun without = run(s, cfg, false), with = run(s, ac, false);
+        ASSERT_EQ(with.status, "ok") << s << ": " << with.error;
+        EXPECT_EQ(without.peak_bytes - with.peak_bytes, dropped) << s << " " << at;
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 
+#include "harness/model/checkpointing.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {
@@ -159,24 +160,32 @@ TEST_P(Parity, Bf16MixedMatchesWithinBf16Tolerance) {
 TEST_P(Parity, ActivationCheckpointingChangesNothing) {
   const Reference& ref = fp32_reference();
   RunConfig cfg = tiny_config();
-  cfg.model.checkpoint_every = 1;
   cfg.model.attention = AttentionKind::kNaive;
-  const StrategyRun r = run(GetParam(), cfg);
-  ASSERT_EQ(r.status, "ok") << r.error;
-  for (size_t s = 0; s < ref.loss.size(); ++s)
-    EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << "step " << s;
-  EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5);
+  // block; then op checkpointing with the chunked loss (the loss summed chunk by chunk): the
+  // reference to fp32 rounding.
+  for (auto [every, loss] : {std::pair{1, CrossEntropyKind::kFull},
+                             std::pair{kCheckpointOp, CrossEntropyKind::kChunked}}) {
+    cfg.model.checkpoint_every = every;
+    cfg.model.cross_entropy = loss;
+    const StrategyRun r = run(GetParam(), cfg);
+    ASSERT_EQ(r.status, "ok") << r.error;
+    for (size_t s = 0; s < ref.loss.size(); ++s)
+      EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-5 * std::fabs(ref.loss[s])) << every << " step " << s;
+    EXPECT_LT(rel_norm_diff(r.params, ref.params), 1e-5) << every;
+  }
 
   RunConfig bf16 = bf16_config(Precision::kBf16Mixed);
   const StrategyRun plain = run(GetParam(), bf16);
-  bf16.model.checkpoint_every = 2;
-  const StrategyRun ac = run(GetParam(), bf16);
-  ASSERT_EQ(ac.status, "ok") << ac.error;
-  ASSERT_EQ(ac.params.size(), plain.params.size());
-  EXPECT_EQ(ac.loss, plain.loss);
-  size_t differ = 0;
-  for (size_t i = 0; i < ac.params.size(); ++i) differ += ac.params[i] != plain.params[i];
-  EXPECT_EQ(differ, 0u) << "parameters differing from the run without checkpointing";
+  for (int every : {2, kCheckpointOp}) {
+    bf16.model.checkpoint_every = every;
+    const StrategyRun ac = run(GetParam(), bf16);
+    ASSERT_EQ(ac.status, "ok") << ac.error;
+    ASSERT_EQ(ac.params.size(), plain.params.size());
+    EXPECT_EQ(ac.loss, plain.loss) << every;
+    size_t differ = 0;
+    for (size_t i = 0; i < ac.params.size(); ++i) differ += ac.params[i] != plain.params[i];
+    EXPECT_EQ(differ, 0u) << "parameters differing from the run without checkpointing " << every;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, Parity, ::testing::ValuesIn(strategy_names()),

@@ -31,6 +31,42 @@ class FullParams : public ModelHooks {
   std::vector<TrackedBuffer<float>> params, grads;
 };
 
+// The checkpointing tests' shapes: a 4-block GPT-2 and a 4-block Llama with grouped-query
+// attention (4 heads on 2 K/V heads).
+inline GptConfig gpt4() { return parse_model("4,24,3,10,37"); }
+inline GptConfig llama4() {
+  GptConfig c = parse_model("4,32,4,10,37", "llama");
+  c.n_kv_head = 2;
+  return c;
+}
+
+// Two forward+backward steps of a fresh model from the same parameters and batch (the second
+// reuses the buffers the first left): the second's loss, the gradients summed over both, and
+// the activation bytes the tracker counts.
+struct TwoSteps {
+  float loss = 0;
+  std::vector<std::vector<float>> grads;  // per tensor
+  uint64_t activation_bytes = 0;
+};
+inline TwoSteps two_steps(const GptConfig& c, bool bf16, int batch) {
+  auto dev = make_cpu_device();
+  MemoryTracker mem(dev->allocator());
+  GptModel model(c, batch, *dev, mem, bf16);
+  FullParams hooks(model.layout(), mem);
+  hooks.zero_grads();
+  const size_t n = size_t(batch) * c.seq_len;
+  std::vector<int> tokens(n), targets(n);
+  for (size_t i = 0; i < n; ++i) tokens[i] = int(i * 7 % c.vocab), targets[i] = int(i * 5 % c.vocab);
+  TwoSteps r;
+  for (int step = 0; step < 2; ++step) {
+    r.loss = model.forward(tokens.data(), targets.data(), hooks);
+    model.backward(hooks);
+  }
+  for (auto& g : hooks.grads) r.grads.emplace_back(g.data(), g.data() + g.size());
+  r.activation_bytes = mem.current(MemCategory::kActivations);
+  return r;
+}
+
 // Uniform in [lo, hi), from a counter hash so the values do not depend on the standard library.
 inline void fill_uniform(float* x, size_t n, float lo, float hi, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) {

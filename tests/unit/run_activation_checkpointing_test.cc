@@ -20,41 +20,15 @@
 namespace sb::testing {
 namespace {
 
-// The shapes every test runs on: a 4-block GPT-2 and a 4-block Llama with GQA (4 heads on 2).
-GptConfig gpt4() { return parse_model("4,24,3,10,37"); }
-GptConfig llama4() {
-  GptConfig c = parse_model("4,32,4,10,37", "llama");
-  c.n_kv_head = 2;
-  return c;
-}
+// The shapes every test runs on: model_test_util.h's gpt4() and llama4().
 const char* arch_name(const GptConfig& c) { return c.arch == ArchKind::kLlama ? "llama" : "gpt2"; }
 
-struct StepResult {
-  float loss = 0;
-  std::vector<std::vector<float>> grads;  // per tensor
-  uint64_t activation_bytes = 0;
-};
+using StepResult = TwoSteps;
 
-// Two forward+backward steps (the second reuses the buffers the first left) from the same
-// parameters and batch; returns the second's loss and the gradients summed over both.
+// Two steps (model_test_util.h's two_steps) at batch 2 with every-K checkpointing.
 StepResult train_step(GptConfig c, int every, bool bf16) {
   c.checkpoint_every = every;
-  auto dev = make_cpu_device();
-  MemoryTracker mem(dev->allocator());
-  GptModel model(c, 2, *dev, mem, bf16);
-  FullParams hooks(model.layout(), mem);
-  hooks.zero_grads();
-  const size_t n = size_t(2) * c.seq_len;
-  std::vector<int> tokens(n), targets(n);
-  for (size_t i = 0; i < n; ++i) tokens[i] = int(i * 7 % c.vocab), targets[i] = int(i * 5 % c.vocab);
-  StepResult r;
-  for (int step = 0; step < 2; ++step) {
-    r.loss = model.forward(tokens.data(), targets.data(), hooks);
-    model.backward(hooks);
-  }
-  for (auto& g : hooks.grads) r.grads.emplace_back(g.data(), g.data() + g.size());
-  r.activation_bytes = mem.current(MemCategory::kActivations);
-  return r;
+  return two_steps(c, bf16, 2);
 }
 
 // The recompute runs block_forward again on the block's kept input with the same parameters,

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "harness/device/device.h"
+#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
 #include "tests/closed_forms.h"
@@ -59,6 +60,10 @@ std::vector<Case> cases() {
     v.push_back({"small", s, Precision::kFp32, 0, ZeroSchedule::kShipped, 2});
   for (const char* m : {"tiny", "small"})
     v.push_back({m, "zero3", Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, 1});
+  // op checkpointing: every block's recompute fires its modules' hooks (ZeRO-3 paper gathers
+  // each block a third time; FSDP's backward gather covers it).
+  for (const char* s : {"zero3", "fsdp_full_shard", "mics"})
+    v.push_back({"small", s, Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, kCheckpointOp});
   return v;
 }
 
@@ -100,7 +105,8 @@ INSTANTIATE_TEST_SUITE_P(TinySmall, PredictClosedForms, ::testing::ValuesIn(case
                                   (c.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
                                   (c.persist ? "_persist" + std::to_string(c.persist) : "") +
                                   (c.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
-                                  (c.ac ? "_ac_every" + std::to_string(c.ac) : "");
+                                  (c.ac > 0 ? "_ac_every" + std::to_string(c.ac)
+                                   : c.ac < 0 ? std::string("_ac_op") : std::string(""));
                          });
 
 TEST(PredictRing, ClosedFormEqualsRingModelSentPerRank) {
