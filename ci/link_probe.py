@@ -106,7 +106,8 @@ def topology(argv):
     rate = min(p["rate_bytes_per_s"] for p in paths)
     # the link's own round trip: each path's fastest (a loaded host's scheduler adds the rest)
     rtt = statistics.median(p["rtt_min_s"] for p in paths)
-    shaped = gbps != "-"
+    shaped = gbps != "-" or lat_ms != "-"
+    rated = gbps != "-"
     out = {
         "hosts": "netns",
         "num_hosts": int(hosts),
@@ -114,12 +115,12 @@ def topology(argv):
         "link": "veth per host to one bridge, MTU 1500",
         "shaping": {
             "qdisc": qdisc,
-            "requested_gbps": float(gbps),
-            "requested_bytes_per_s": float(gbps) * 1e9 / 8,
+            "requested_gbps": float(gbps) if rated else None,
+            "requested_bytes_per_s": float(gbps) * 1e9 / 8 if rated else None,
             "burst_bytes": int(burst),
             "delay_ms": None if lat_ms == "-" else float(lat_ms),
-            "where": "egress of both ends of every host's veth" +
-                     ("" if lat_ms == "-" else "; delay on the host end only"),
+            "where": ("rate: egress of both ends of every host's veth; " if rated else "") +
+                     ("" if lat_ms == "-" else "delay: egress of the host end only"),
         } if shaped else None,
         "probe": {"method": "ci/link_probe.py: one TCP stream per path, host i -> host i+1, "
                             "after 30 1-byte round trips on the idle link",
@@ -129,7 +130,7 @@ def topology(argv):
         "achieved_wire_bytes_per_s": rate * WIRE_PER_PAYLOAD,
         "rtt_s": rtt,
     }
-    if shaped:  # in tbf's units: frames
+    if rated:  # in tbf's units: frames
         out["rate_to_requested"] = rate * WIRE_PER_PAYLOAD / (float(gbps) * 1e9 / 8)
     json.dump(out, sys.stdout, indent=2)
     print()

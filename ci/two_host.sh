@@ -201,7 +201,7 @@ if [ -n "$gbps" ]; then
   set --
 fi
 if [ -n "$lat_ms" ]; then
-  qdisc+="+netem"
+  [ -n "$gbps" ] && qdisc+="+netem" || qdisc="netem"
   for ((i = 0; i < H; i++)); do
     parent=(root)
     [ -n "$gbps" ] && parent=(parent 1:1)
