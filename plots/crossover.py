@@ -6,8 +6,9 @@ usage: plots/crossover.py PATH... [--out plots/out/crossover.png] [--json FILE]
 PATH: results files of `shardbench run --hosts netns` (or directories of them, e.g. the --out
 of `ci/matrix.py ci/matrix/network.toml`). Each strategy is one colour: its measured median
 step times as points, the run's embedded predictions (same network: the measured link is the
-prediction's inter link) as a line through the same bandwidths. x is the link's measured
-payload rate (topology.achieved_gbps), so the unshaped runs sit where the veth ran. zero3 with
+prediction's inter link) as a line with crosses through the same bandwidths. x is the rate
+asked of the link (the sweep's axis; the measured rate of each run is in the table and in
+topology.achieved_gbps), the unshaped runs at the rate their veth measured. zero3 with
 hpZ + qwZ + qgZ is its own series ("zero3+zpp"). Prints one row per (series, run) and the
 pairs the published results are about (hybrid vs full sharding, ZeRO++ vs zero3, MiCS vs
 zero3): at each bandwidth, measured and predicted speed-up of the first over the second.
@@ -53,6 +54,10 @@ def load_rows(paths):
         for r in doc.get("results", []):
             if r.get("status") != "ok" or "prediction" not in r:
                 continue
+            ps = r["comm"]["per_step"]
+            # the link's bytes less the loop's own reductions and the modelled headers/protocol
+            payload = (ps["link_bytes_measured"] - ps["link_harness_bytes_measured"]
+                       - ps["link_overhead_model_bytes"]) if "link_bytes_measured" in ps else None
             rows.append({
                 "series": series_name(r, doc["config"]),
                 "file": str(path),
@@ -61,8 +66,8 @@ def load_rows(paths):
                 "rate_to_requested": topo.get("rate_to_requested"),
                 "measured_s": r["step_time_s"]["median"],
                 "predicted_s": r["prediction"]["step_time_s"]["predicted"],
-                "link_bytes": r["comm"]["per_step"].get("link_bytes_measured"),
-                "ledger_inter_bytes": r["comm"]["per_step"].get("sent_bytes_inter"),
+                "link_payload_bytes": payload,
+                "ledger_inter_bytes": ps.get("sent_bytes_inter"),
             })
     return rows
 
@@ -82,6 +87,10 @@ def pair_rows(rows):
     return out
 
 
+def x_of(row):
+    return row["requested_gbps"] or row["achieved_gbps"]
+
+
 def plot(rows, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -90,14 +99,16 @@ def plot(rows, out):
     names = sorted({r["series"] for r in rows})
     cmap = plt.get_cmap("tab20")
     for i, name in enumerate(names):
-        pts = sorted((r for r in rows if r["series"] == name), key=lambda r: r["achieved_gbps"])
-        x = [r["achieved_gbps"] for r in pts]
+        pts = sorted((r for r in rows if r["series"] == name), key=x_of)
+        x = [x_of(r) for r in pts]
         colour = cmap(i % 20)
-        ax.plot(x, [r["measured_s"] for r in pts], "o", color=colour, label=f"{name} measured")
-        ax.plot(x, [r["predicted_s"] for r in pts], "-", color=colour, alpha=0.7)
+        ax.plot(x, [r["measured_s"] for r in pts], "o", color=colour, label=f"{name}")
+        ax.plot(x, [r["predicted_s"] for r in pts], "x-", color=colour, alpha=0.7)
+    ax.plot([], [], "ko", label="measured (median)")
+    ax.plot([], [], "kx-", label="predicted (embedded)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("inter-node link, measured payload rate (Gb/s; rightmost: unshaped veth)")
+    ax.set_xlabel("inter-node link rate asked of tbf (Gb/s; unshaped: the veth's measured rate)")
     ax.set_ylabel("step time (s, median)")
     ax.set_title("Step time vs inter-node bandwidth: points measured, lines predicted")
     ax.grid(True, which="both", alpha=0.3)
@@ -121,13 +132,13 @@ def main(argv=None):
         return 2
     rows.sort(key=lambda r: (r["series"], r["achieved_gbps"]))
     print(f"{'series':22} {'req Gb/s':>8} {'got Gb/s':>8} {'measured s':>10} {'predicted s':>11}"
-          f" {'meas/pred':>9} {'link/ledger':>11}")
+          f" {'meas/pred':>9} {'link payload/ledger':>19}")
     for r in rows:
-        lb, lg = r["link_bytes"], r["ledger_inter_bytes"]
+        lb, lg = r["link_payload_bytes"], r["ledger_inter_bytes"]
         print(f"{r['series']:22} {r['requested_gbps'] or 'unshaped':>8} {r['achieved_gbps']:8.3f}"
               f" {r['measured_s']:10.4f} {r['predicted_s']:11.4f}"
               f" {r['measured_s'] / r['predicted_s']:9.2f}"
-              f" {lb / lg if lb and lg else float('nan'):11.3f}")
+              f" {lb / lg if lb and lg else float('nan'):19.4f}")
     pairs = pair_rows(rows)
     for p in pairs:
         print(f"{p['faster']} vs {p['than']} at {p['requested_gbps'] or 'unshaped'} Gb/s: "
