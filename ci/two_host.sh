@@ -243,18 +243,30 @@ measure_paths() {
 }
 measure_paths || refuse "the timed transfer across the hosts' link failed"
 if [ -n "$gbps" ]; then
+  # Up to three transfers, the nearest the rate kept: a dip is the shared CPUs' (the sender
+  # descheduled), not the link's; refused when no transfer gets within the tolerance.
   tol="${SB_INTER_RATE_TOLERANCE:-0.10}"
   ratio() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rate_to_requested"])' \
-              "$work/network.json"; }
-  r="$(ratio)"
-  if ! awk "BEGIN{exit !($r >= 1 - $tol && $r <= 1 + $tol)}"; then
-    measure_paths || refuse "the timed transfer across the hosts' link failed"  # once more
-    r="$(ratio)"
-    awk "BEGIN{exit !($r >= 1 - $tol && $r <= 1 + $tol)}" ||
-      refuse "--inter-gbps $gbps: the shaped link reaches $(awk "BEGIN{printf \"%.3f\", $r * $gbps}")" \
-        "Gb/s in frames ($(awk "BEGIN{printf \"%.0f\", 100 * $r}") % of the rate, tolerance" \
-        "$(awk "BEGIN{printf \"%.0f\", 100 * $tol}") %): this machine cannot honour it"
-  fi
+              "$1"; }
+  within() { awk "BEGIN{exit !($1 >= 1 - $tol && $1 <= 1 + $tol)}"; }
+  r="$(ratio "$work/network.json")"
+  for _ in 1 2; do
+    within "$r" && break
+    cp "$work/network.json" "$work/best.json"
+    measure_paths || refuse "the timed transfer across the hosts' link failed"
+    r2="$(ratio "$work/network.json")"
+    # keep the one nearer the rate asked
+    if awk "BEGIN{d = $r2 - 1; e = $r - 1; exit !(d * d > e * e)}"; then
+      cp "$work/best.json" "$work/network.json"
+    else
+      r="$r2"
+    fi
+  done
+  within "$r" ||
+    refuse "--inter-gbps $gbps: the shaped link reaches $(awk "BEGIN{printf \"%.3f\", $r * $gbps}")" \
+      "Gb/s in frames ($(awk "BEGIN{printf \"%.0f\", 100 * $r}") % of the rate, tolerance" \
+      "$(awk "BEGIN{printf \"%.0f\", 100 * $tol}") %, best of 3 transfers): this machine cannot" \
+      "honour it"
 fi
 echo "two_host: link $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
 print("%.3f Gb/s, rtt %.0f us" % (d["achieved_gbps"], 1e6 * d["rtt_s"]))' "$work/network.json")" \
