@@ -66,6 +66,9 @@ def load_rows(paths):
                 "rate_to_requested": topo.get("rate_to_requested"),
                 "measured_s": r["step_time_s"]["median"],
                 "predicted_s": r["prediction"]["step_time_s"]["predicted"],
+                # the communication alone: the comm thread's busy time, the predicted comm time
+                "measured_comm_s": r.get("phases", {}).get("median", {}).get("comm_busy_s"),
+                "predicted_comm_s": r["prediction"]["step_time_s"].get("comm"),
                 "link_payload_bytes": payload,
                 "ledger_inter_bytes": ps.get("sent_bytes_inter"),
             })
@@ -87,6 +90,10 @@ def pair_rows(rows):
     return out
 
 
+def ratio(a, b):
+    return a / b if a is not None and b else float("nan")
+
+
 def x_of(row):
     return row["requested_gbps"] or row["achieved_gbps"]
 
@@ -97,14 +104,20 @@ def plot(rows, out):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(9, 5.5))
     names = sorted({r["series"] for r in rows})
-    cmap = plt.get_cmap("tab20")
+    cmap = plt.get_cmap("tab10")
     for i, name in enumerate(names):
         pts = sorted((r for r in rows if r["series"] == name), key=x_of)
         x = [x_of(r) for r in pts]
-        colour = cmap(i % 20)
-        ax.plot(x, [r["measured_s"] for r in pts], "o", color=colour, label=f"{name}")
+        colour = cmap(i % 10)
+        shaped = [r for r in pts if r["requested_gbps"]]
+        ax.plot([x_of(r) for r in shaped], [r["measured_s"] for r in shaped], "o", color=colour,
+                label=f"{name}")
+        unshaped = [r for r in pts if not r["requested_gbps"]]
+        ax.plot([x_of(r) for r in unshaped], [r["measured_s"] for r in unshaped], "s",
+                color=colour, mfc="none")
         ax.plot(x, [r["predicted_s"] for r in pts], "x-", color=colour, alpha=0.7)
     ax.plot([], [], "ko", label="measured (median)")
+    ax.plot([], [], "ks", mfc="none", label="measured, unshaped")
     ax.plot([], [], "kx-", label="predicted (embedded)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -132,12 +145,13 @@ def main(argv=None):
         return 2
     rows.sort(key=lambda r: (r["series"], r["achieved_gbps"]))
     print(f"{'series':22} {'req Gb/s':>8} {'got Gb/s':>8} {'measured s':>10} {'predicted s':>11}"
-          f" {'meas/pred':>9} {'link payload/ledger':>19}")
+          f" {'meas/pred':>9} {'comm meas/pred':>14} {'link payload/ledger':>19}")
     for r in rows:
         lb, lg = r["link_payload_bytes"], r["ledger_inter_bytes"]
         print(f"{r['series']:22} {r['requested_gbps'] or 'unshaped':>8} {r['achieved_gbps']:8.3f}"
               f" {r['measured_s']:10.4f} {r['predicted_s']:11.4f}"
               f" {r['measured_s'] / r['predicted_s']:9.2f}"
+              f" {ratio(r['measured_comm_s'], r['predicted_comm_s']):14.2f}"
               f" {lb / lg if lb and lg else float('nan'):19.4f}")
     pairs = pair_rows(rows)
     for p in pairs:
