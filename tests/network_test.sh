@@ -6,8 +6,9 @@
 #   shaped   tiny at 2 hosts x 2 ranks, --inter-gbps 0.5: the measured rate within 10 % of the
 #            requested (tbf's units), the link's bytes close on the ledger's inter bytes (1 %),
 #            the embedded prediction's inter link is the measured one; 3 hosts x 1 unshaped
-#   killed   a rank of a shaped run SIGKILLed: the job ends non-zero, and no namespace, /etc/netns
-#            entry, veth, qdisc or process of the run is left
+#   killed   a rank of a shaped run SIGKILLed, then another run interrupted by SIGINT to its
+#            process group: each job ends non-zero (130 for SIGINT), and no namespace,
+#            /etc/netns entry, veth, qdisc or process of the run is left (SIGTERM: two_host test)
 # Exit 77 (ctest: skipped) where namespaces cannot be created (not root, no tools).
 # Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed
 set -euo pipefail
@@ -147,27 +148,55 @@ EOF
   nothing_left "3 hosts"
 }
 
-killed() {
+# start_shaped LOG: a shaped run of many steps in the background, in a process group of its own
+# (job control on: a background job then keeps SIGINT, as a terminal's Ctrl-C would send it);
+# sets JOB to the job's pid, which names the run's namespaces (shardbench execs ci/two_host.sh).
+start_shaped() {
+  set -m
   "$sb" run --hosts netns --np 4 --ranks-per-node 2 --model small --steps 50 --warmup 1 \
     --peak-gflops 1 --quiet --inter-gbps 0.5 --strategies ddp --out "$tmp/killed.json" \
-    >"$tmp/killed.log" 2>&1 &
-  local job=$!  # shardbench execs ci/two_host.sh: this pid names the run's namespaces
+    >"$1" 2>&1 &
+  JOB=$!
+  set +m
+}
+# rank_of_host JOB H: the pid of a shardbench rank running in host H of the run, once one runs
+rank_of_host() {
   local victim=""
-  for _ in $(seq 600); do  # until a rank runs in the second host
-    victim="$(ip netns pids "sb${job}h1" 2>/dev/null | while read -r p; do
+  for _ in $(seq 600); do
+    victim="$(ip netns pids "sb${1}h$2" 2>/dev/null | while read -r p; do
       [ "$(cat "/proc/$p/comm" 2>/dev/null)" = shardbench ] && echo "$p"; done | head -1 || true)"
     [ -n "$victim" ] && break
     sleep 0.1
   done
+  echo "$victim"
+}
+
+killed() {
+  # a rank of host 1 SIGKILLed: mpirun ends the job, the script tears down
+  local job victim rc=0
+  start_shaped "$tmp/killed.log"
+  job="$JOB"
+  victim="$(rank_of_host "$job" 1)"
   [ -n "$victim" ] || { cat "$tmp/killed.log"; fail "no rank of host 1 appeared"; }
   sleep 1
   kill -KILL "$victim"
-  local rc=0
   wait "$job" || rc=$?
   [ "$rc" -ne 0 ] || fail "the job exited 0 after a rank was killed"
   nothing_left "killed rank"
   if tc qdisc show | grep -q "sv${job}"; then fail "killed rank: qdiscs left"; fi
   echo "ok   killed rank $victim: job exit $rc, nothing left"
+  rm -f "$tmp/killed.json"
+  # Ctrl-C: SIGINT to the whole process group (script, mpirun, ranks)
+  rc=0
+  start_shaped "$tmp/int.log"
+  job="$JOB"
+  [ -n "$(rank_of_host "$job" 1)" ] || { cat "$tmp/int.log"; fail "no rank of host 1 appeared"; }
+  sleep 1
+  kill -INT -- "-$job"
+  wait "$job" || rc=$?
+  [ "$rc" -eq 130 ] || { cat "$tmp/int.log"; fail "exit $rc after SIGINT, not 130"; }
+  nothing_left "SIGINT"
+  echo "ok   SIGINT: job exit $rc, nothing left"
 }
 
 "$mode"
