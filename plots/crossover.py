@@ -9,7 +9,7 @@ step times as points, the run's embedded predictions (same network: the measured
 prediction's inter link) as a line with crosses through the same bandwidths. x is the rate
 asked of the link (the sweep's axis; the measured rate of each run is in the table and in
 topology.achieved_gbps), the unshaped runs at the rate their veth measured. zero3 with
-hpZ + qwZ + qgZ is its own series ("zero3+zpp"). Prints one row per (series, run) and the
+hpZ + qwZ + qgZ is its own series ("zero3+zpp"); under --zero-schedule paper both get "/paper". Prints one row per (series, run) and the
 pairs the published results are about (hybrid vs full sharding, ZeRO++ vs zero3, MiCS vs
 zero3): at each bandwidth, measured and predicted speed-up of the first over the second.
 --json writes the rows and pairs. Exit 2 when no file has a topology.
@@ -19,16 +19,20 @@ import json
 import sys
 from pathlib import Path
 
-PAIRS = [("zero3+zpp", "zero3"), ("fsdp_hybrid_shard", "fsdp_full_shard"),
+PAIRS = [("zero3+zpp", "zero3"), ("zero3+zpp/paper", "zero3/paper"),
+         ("fsdp_hybrid_shard", "fsdp_full_shard"),
          ("fsdp2_hsdp", "fsdp_full_shard"), ("mics", "zero3")]
 
 
 def series_name(result, config):
     s = result["strategy"]
-    if (s == "zero3" and config.get("zero_hpz_partition_size", 1) > 1
-            and config.get("zero_quantized_weights") and config.get("zero_quantized_gradients")):
-        return "zero3+zpp"
-    return s
+    if s != "zero3":
+        return s
+    if (config.get("zero_hpz_partition_size", 1) > 1 and config.get("zero_quantized_weights")
+            and config.get("zero_quantized_gradients")):
+        s = "zero3+zpp"
+    # --zero-schedule paper: per-tensor gathers, repeated in backward (the ZeRO++ paper's)
+    return s + "/paper" if config.get("zero3_fetch") == "per_tensor" else s
 
 
 def files_of(paths):

@@ -643,6 +643,20 @@ class CrossoverTest(Base):
                                ["measured_speedup"], 2.2 / 2.1)
         self.assertNotIn(("mics", "zero3", 0.2), pairs)  # no mics in these files
 
+    def test_series_names_keep_zeropp_and_the_paper_schedule_apart(self):
+        run(CROSSOVER, "--help")  # loads the module
+        name = _modules[CROSSOVER].series_name
+        zpp = dict(zero_hpz_partition_size=2, zero_quantized_weights=True,
+                   zero_quantized_gradients=True)
+        self.assertEqual(name({"strategy": "zero3"}, {}), "zero3")
+        self.assertEqual(name({"strategy": "zero3"}, dict(zpp, zero_quantized_gradients=False)),
+                         "zero3")  # two of three knobs: not the ZeRO++ series
+        self.assertEqual(name({"strategy": "zero3"}, zpp), "zero3+zpp")
+        self.assertEqual(name({"strategy": "zero3"}, dict(zpp, zero3_fetch="per_tensor")),
+                         "zero3+zpp/paper")
+        self.assertEqual(name({"strategy": "zero3"}, {"zero3_fetch": "per_tensor"}), "zero3/paper")
+        self.assertEqual(name({"strategy": "mics"}, dict(zpp, zero3_fetch="per_tensor")), "mics")
+
     def test_topology_needs_its_measured_keys(self):
         doc = self.docs()[0]
         del doc["topology"]["achieved_bytes_per_s"]
