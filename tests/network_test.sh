@@ -9,16 +9,19 @@
 #   killed   a rank of a shaped run SIGKILLed, then another run interrupted by SIGINT to its
 #            process group: each job ends non-zero (130 for SIGINT), and no namespace,
 #            /etc/netns entry, veth, qdisc or process of the run is left (SIGTERM: two_host test)
+#   prediction  (no namespaces) the ranks read the measured link from SB_HOSTS_NETWORK: two
+#            hand-written links 1000x apart give the embedded prediction those inter links and
+#            comm times of inter bytes / bandwidth; a malformed file is refused (exit 2)
 # Exit 77 (ctest: skipped) where namespaces cannot be created (not root, no tools).
-# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed
+# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|prediction
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sb="$(cd "$(dirname "${1:?usage: network_test.sh PATH/TO/shardbench MODE}")" && pwd)/$(basename "$1")"
-mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed}"
+mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed|prediction}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export SB_TWO_HOST_SCRIPT="$root/ci/two_host.sh"
 
-if ! why="$("$root/ci/two_host.sh" --probe 2>&1)"; then
+if [ "$mode" != prediction ] && ! why="$("$root/ci/two_host.sh" --probe 2>&1)"; then
   echo "SKIP: network: ${why#two_host: }"
   exit 77
 fi
@@ -197,6 +200,39 @@ killed() {
   [ "$rc" -eq 130 ] || { cat "$tmp/int.log"; fail "exit $rc after SIGINT, not 130"; }
   nothing_left "SIGINT"
   echo "ok   SIGINT: job exit $rc, nothing left"
+}
+
+prediction() {
+  for bw in 1e6 1e9; do
+    printf '{"achieved_bytes_per_s": %s, "rtt_s": 0.002, "shaping": null}\n' "$bw" \
+      >"$tmp/net$bw.json"
+    SB_HOSTS_NETWORK="$tmp/net$bw.json" "$sb" run --np 2 --ranks-per-node 1 --model tiny \
+      --steps 1 --warmup 0 --strategies ddp --peak-gflops 1 --quiet --out "$tmp/p$bw.json" \
+      >"$tmp/p$bw.log" 2>&1 || { cat "$tmp/p$bw.log"; fail "run with SB_HOSTS_NETWORK"; }
+  done
+  python3 - "$tmp" <<'EOF'
+import json, sys
+docs = {bw: json.load(open(f"{sys.argv[1]}/p{bw}.json")) for bw in ("1e6", "1e9")}
+comm = {}
+for bw, doc in docs.items():
+    inter = doc["topology"]["prediction_inter"]
+    assert inter == {"bw_bytes_per_s": float(bw), "latency_s": 0.001, "per_rank": False}, inter
+    p = doc["results"][0]["prediction"]
+    # 2 nodes x 1 rank: every byte a rank sends crosses, at the link's rate
+    sent = p["comm"]["per_step"]["sent_bytes_inter_per_rank"]
+    comm[bw] = p["step_time_s"]["comm"]
+    print(f"inter {bw} B/s: {sent} B per rank across, predicted comm {comm[bw]:.4f} s")
+    if bw == "1e6":  # bandwidth-bound: within 5 % of bytes / bandwidth
+        assert abs(comm[bw] / (sent / 1e6) - 1) < 0.05, (comm[bw], sent)
+# the same latency terms in both: the difference is the bytes at the two rates
+diff = comm["1e6"] - comm["1e9"]
+want = sent * (1 / 1e6 - 1 / 1e9)
+assert abs(diff / want - 1) < 0.02, (diff, want)
+EOF
+  printf '{"rtt_s": 0.001}\n' >"$tmp/bad.json"
+  expect_refusal "malformed SB_HOSTS_NETWORK" "SB_HOSTS_NETWORK=" env \
+    SB_HOSTS_NETWORK="$tmp/bad.json" "$sb" run --model tiny --steps 1 --warmup 0 \
+    --strategies ddp --peak-gflops 1 --quiet --out "$tmp/r.json"
 }
 
 "$mode"
