@@ -98,6 +98,10 @@ EOF
     rm -f "$tmp/r.json"
     nothing_left "netem"
   fi
+  expect_refusal "one host" "2 <= H <= 64" "$sb" run --hosts netns --np 2 --ranks-per-node 2 \
+    --out "$tmp/r.json"
+  expect_refusal "np not H x G" "must divide" "$sb" run --hosts netns --np 6 --ranks-per-node 4 \
+    --out "$tmp/r.json"
   expect_refusal "flag without --hosts" "only with --hosts netns" \
     "$sb" run --np 2 --inter-gbps 1 --out "$tmp/r.json"
 }
