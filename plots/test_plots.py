@@ -35,6 +35,7 @@ EXPECTED_PNGS = ["throughput.png", "memory.png", "comm_bytes.png", "collectives.
                  "phases.png"]
 REPORT = ROOT / "plots" / "report_html.py"
 TABLE = ROOT / "plots" / "strategy_table.py"
+CROSSOVER = ROOT / "plots" / "crossover.py"
 
 
 def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, seq_len=128,
@@ -643,6 +644,89 @@ class StrategyTableTest(Base):
         rc, out = run(TABLE, self.write("p.json", {"kind": "prediction", "results": []}))
         self.assertEqual(rc, 2, out)
         self.assertIn("prediction", out)
+
+
+def with_network(doc, gbps, step_s, predicted_s):
+    """doc as a --hosts netns run at `gbps` (None: unshaped): a topology as ci/two_host.sh
+    writes it, each result's median step time and embedded prediction set from the dicts."""
+    rate = (gbps or 8) * 1e9 / 8 * 0.95 * 1448 / 1514
+    doc["topology"] = {
+        "hosts": "netns", "num_hosts": 2, "ranks_per_host": 2,
+        "shaping": {"qdisc": "tbf", "requested_gbps": gbps, "requested_bytes_per_s": gbps * 1e9 / 8,
+                    "burst_bytes": 65536, "delay_ms": None} if gbps else None,
+        "probe": {"paths": [{"from": 0, "to": 1, "bytes": 1, "seconds": 1, "rate_bytes_per_s": rate,
+                             "rtt_s": 3e-5, "rtt_min_s": 2e-5}]},
+        "achieved_bytes_per_s": rate, "achieved_gbps": rate * 8 / 1e9, "rtt_s": 2e-5,
+        "prediction_inter": {"bw_bytes_per_s": rate, "latency_s": 1e-5, "per_rank": False}}
+    if gbps:
+        doc["topology"]["rate_to_requested"] = 0.95
+    for r in doc["results"]:
+        r["step_time_s"]["median"] = step_s[r["strategy"]]
+        r["prediction"] = {"step_time_s": {"predicted": predicted_s[r["strategy"]]}}
+    return doc
+
+
+class CrossoverTest(Base):
+    def docs(self):
+        """Two rates of zero3/fsdp_full_shard/fsdp_hybrid_shard and of zero3 with ZeRO++."""
+        out = []
+        for gbps, k in [(0.2, 4.0), (None, 1.0)]:
+            plain = make_results(strategies=["zero3", "fsdp_full_shard", "fsdp_hybrid_shard"])
+            out.append(with_network(plain, gbps,
+                                    {"zero3": 2 * k, "fsdp_full_shard": 2.2 * k,
+                                     "fsdp_hybrid_shard": 1.1 * k + 1},
+                                    {"zero3": 1.5 * k, "fsdp_full_shard": 1.6 * k,
+                                     "fsdp_hybrid_shard": 0.9 * k}))
+            zpp = make_results(strategies=["zero3"])
+            zpp["config"].update(zero_hpz_partition_size=2, zero_quantized_weights=True,
+                                 zero_quantized_gradients=True)
+            out.append(with_network(zpp, gbps, {"zero3": 0.8 * k + 0.2}, {"zero3": 0.5 * k}))
+        return out
+
+    def test_pairs_and_plot(self):
+        paths = [self.write(f"n{i}.json", d) for i, d in enumerate(self.docs())]
+        for p in paths:
+            self.assertEqual(sbv.schema_errors(json.loads(p.read_text())), [], p)
+        png, js = self.dir / "crossover.png", self.dir / "c.json"
+        rc, out = run(CROSSOVER, *paths, "--out", png, "--json", js)
+        self.assertEqual(rc, 0, out)
+        self.assertGreater(png.stat().st_size, 10_000)
+        pairs = {(p["faster"], p["than"], p["requested_gbps"]): p
+                 for p in json.loads(js.read_text())["pairs"]}
+        # measured 2*4 / (0.8*4 + 0.2) at 0.2 Gb/s; unshaped 2 / 1.0; predicted 1.5*k / 0.5*k
+        self.assertAlmostEqual(pairs[("zero3+zpp", "zero3", 0.2)]["measured_speedup"], 8 / 3.4)
+        self.assertAlmostEqual(pairs[("zero3+zpp", "zero3", None)]["measured_speedup"], 2.0)
+        self.assertAlmostEqual(pairs[("zero3+zpp", "zero3", 0.2)]["predicted_speedup"], 3.0)
+        hyb = pairs[("fsdp_hybrid_shard", "fsdp_full_shard", 0.2)]
+        self.assertAlmostEqual(hyb["measured_speedup"], 8.8 / 5.4)
+        self.assertAlmostEqual(pairs[("fsdp_hybrid_shard", "fsdp_full_shard", None)]
+                               ["measured_speedup"], 2.2 / 2.1)
+        self.assertNotIn(("mics", "zero3", 0.2), pairs)  # no mics in these files
+
+    def test_series_names_keep_zeropp_and_the_paper_schedule_apart(self):
+        run(CROSSOVER, "--help")  # loads the module
+        name = _modules[CROSSOVER].series_name
+        zpp = dict(zero_hpz_partition_size=2, zero_quantized_weights=True,
+                   zero_quantized_gradients=True)
+        self.assertEqual(name({"strategy": "zero3"}, {}), "zero3")
+        self.assertEqual(name({"strategy": "zero3"}, dict(zpp, zero_quantized_gradients=False)),
+                         "zero3")  # two of three knobs: not the ZeRO++ series
+        self.assertEqual(name({"strategy": "zero3"}, zpp), "zero3+zpp")
+        self.assertEqual(name({"strategy": "zero3"}, dict(zpp, zero3_fetch="per_tensor")),
+                         "zero3+zpp/paper")
+        self.assertEqual(name({"strategy": "zero3"}, {"zero3_fetch": "per_tensor"}), "zero3/paper")
+        self.assertEqual(name({"strategy": "mics"}, dict(zpp, zero3_fetch="per_tensor")), "mics")
+
+    def test_topology_needs_its_measured_keys(self):
+        doc = self.docs()[0]
+        del doc["topology"]["achieved_bytes_per_s"]
+        self.assertTrue(any("achieved_bytes_per_s" in e for e in sbv.schema_errors(doc)))
+
+    def test_files_without_topology_are_refused(self):
+        rc, out = run(CROSSOVER, self.write("r.json", make_results()), "--out",
+                      self.dir / "x.png")
+        self.assertEqual(rc, 2, out)
+        self.assertIn("no results of a --hosts netns run", out)
 
 
 if __name__ == "__main__":

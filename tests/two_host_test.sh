@@ -16,7 +16,7 @@ if ! why="$("$root/ci/two_host.sh" --probe 2>&1)"; then
 fi
 tmp="$(mktemp -d /tmp/sb-two-host-test.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
-hosts_left() { ip netns list | awk '{print $1}' | grep -cE '^sb[0-9]+[ab]$' || true; }
+hosts_left() { ip netns list | awk '{print $1}' | grep -cE '^sb[0-9]+(h[0-9]+|x)$' || true; }
 before="$(hosts_left)"
 
 check() {  # results.json tolerance strategies...: the link closes on the ledger

@@ -21,6 +21,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "bench/cli/output_path.h"
 #include "bench/cli/ds_config.h"
 #include "bench/cli/fsdp_config.h"
+#include "bench/cli/host_network.h"
 #include "bench/cli/peak_calibration.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
@@ -329,6 +330,23 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                      openblas_get_corename();
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
 
+  // [hosts netns] the link ci/two_host.sh measured before the job: the results' topology, and
+  // the prediction's inter-node link, so measurement and prediction share one network.
+  std::optional<nlohmann::json> network;
+  try {
+    network = hosts_network_from_env();
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  nlohmann::json config = config_json(cfg, topo);
+  if (network) {
+    // what was asked of the link (not what it measured): --resume must not mix shapings
+    const nlohmann::json& shaping = (*network)["shaping"];
+    config["inter_link"] = {
+        {"hosts", "netns"},
+        {"requested_gbps", shaping.is_object() ? shaping["requested_gbps"] : nlohmann::json()},
+        {"delay_ms", shaping.is_object() ? shaping["delay_ms"] : nlohmann::json()}};
+  }
   Ledger ledger;
   // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
   // side stream's ops on its one stream.
@@ -359,7 +377,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                names.size(), cfg.warmup, cfg.steps);
   std::vector<StrategyRun> runs;
   std::vector<nlohmann::json> results;
-  auto kept = a.resume ? resumable_results(a.out, config_json(cfg, topo), mpi)
+  auto kept = a.resume ? resumable_results(a.out, config, mpi)
                       : std::map<std::string, nlohmann::json>{};
   if (auto it = kept.find(kFilePeakKey); it != kept.end()) {  // one denominator per file
     try {
@@ -372,12 +390,20 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   env.peak_flops_per_device = peak.gflops * 1e9;
   env.peak_flops_source = denominator_source(peak.source, env.peak_basis);
   // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
-  const RunCluster pc = prediction_cluster(cfg, topo, env.device_name, peak, host_cores);
+  RunCluster pc = prediction_cluster(cfg, topo, env.device_name, peak, host_cores);
+  // [hosts netns] the prediction's inter-node link is the one ci/two_host.sh measured, so
+  // measurement and prediction share one network.
+  if (network && pc.cluster) {
+    pc.cluster->inter = measured_inter_link(*network);
+    (*network)["prediction_inter"] = cluster_json(*pc.cluster)["inter"];
+  }
   auto document = [&] {
     nlohmann::json doc = run_document(cfg, topo, env, results);
+    doc["config"] = config;
     doc["config"]["mfu_peak"] = peak.to_json();
     doc["prediction_cluster"] = pc.cluster ? cluster_json(*pc.cluster) : nlohmann::json();
     if (!pc.note.empty()) doc["prediction_cluster_note"] = pc.note;
+    if (network) doc["topology"] = *network;
     return doc;
   };
   if (topo.num_nodes() == 1 && root && !a.quiet)

@@ -142,8 +142,15 @@ void add_run_options(CLI::App* app, RunArgs& a) {
       ->capture_default_str();
   app->add_flag("--resume", a.resume, "Skip strategies already ok in --out (same config)");
   app->add_option("--hosts", a.hosts,
-                  "netns: run on two network-namespace hosts of this machine, G ranks each "
-                  "(root; ci/two_host.sh), and count the bytes on their link");
+                  "netns: run on H = np / ranks-per-node (default 2) network-namespace hosts "
+                  "of this machine on one bridge (root; ci/two_host.sh), and count the bytes "
+                  "on their links");
+  app->add_option("--inter-gbps", a.inter_gbps,
+                  "--hosts netns: shape every host's link to this rate in Gb/s with tc tbf, "
+                  "checked by a timed transfer before the run (default 0: unshaped)");
+  app->add_option("--inter-latency-ms", a.inter_latency_ms,
+                  "--hosts netns: one-way delay of every inter-host path in ms (tc netem; "
+                  "refused on a kernel without sch_netem)");
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
   app->add_option("--inject-slowdown", a.inject_slowdown, "")->group("");  // hidden test flag
   app->add_option("--peak-calibration", a.peak_calibration, "")->group("");  // launcher -> ranks
@@ -232,6 +239,15 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
   require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
   require(a.hosts.empty() || a.hosts == "netns", "--hosts", a.hosts, "netns");
+  require(a.inter_gbps == 0 || !a.hosts.empty(), "--inter-gbps", a.inter_gbps,
+          "only with --hosts netns (the link between namespace hosts)");
+  require(a.inter_latency_ms < 0 || !a.hosts.empty(), "--inter-latency-ms", a.inter_latency_ms,
+          "only with --hosts netns (the link between namespace hosts)");
+  require(a.inter_gbps >= 0 && a.inter_gbps <= 400, "--inter-gbps", a.inter_gbps,
+          "0 (unshaped) or a rate in Gb/s up to 400");
+  require(a.inter_latency_ms == -1 || (a.inter_latency_ms >= 0 && a.inter_latency_ms <= 10000),
+          "--inter-latency-ms",
+          a.inter_latency_ms, "0..10000");
   if (a.np > 0 && a.ranks_per_node > 0 && a.np % a.ranks_per_node != 0)
     throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size (--np {})",
                                  a.ranks_per_node, a.np));

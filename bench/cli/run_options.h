@@ -67,7 +67,9 @@ struct RunArgs {
   std::string peak_calibration;  // hidden: the launcher's sgemm calibration, handed to the ranks
   double timeout_s = 600;  // watchdog on every collective
   bool resume = false;     // skip strategies already ok in --out (same config)
-  std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
+  std::string hosts;       // "netns": namespace hosts on this machine (ci/two_host.sh)
+  double inter_gbps = 0;         // --hosts netns: tbf rate of every host's link (0: unshaped)
+  double inter_latency_ms = -1;  // --hosts netns: netem one-way delay (< 0: none)
   std::string trace;       // directory for one Chrome trace per strategy ("" = none)
 };
 
@@ -99,8 +101,9 @@ int run_command(const RunArgs& a, int argc, char** argv);
 // peak_calibration: the launcher's CPU calibration (PeakCalibration::to_flag: the MFU's
 // per-core figure and the triad bandwidth), passed on as --peak-calibration; "" for none.
 int launch_mpirun(const RunArgs& a, int argc, char** argv, const std::string& peak_calibration);
-// --hosts netns: execs ci/two_host.sh with the remaining arguments (G = --ranks-per-node, or
-// --np / 2, default 2 ranks per host); peak_calibration as for launch_mpirun.
+// --hosts netns: execs ci/two_host.sh with the remaining arguments: H hosts of G ranks (G =
+// --ranks-per-node, default 2 or --np / 2; H = --np / G, default 2), the link shaped by
+// --inter-gbps/--inter-latency-ms; peak_calibration as for launch_mpirun.
 int launch_two_hosts(const RunArgs& a, int argc, char** argv,
                      const std::string& peak_calibration);
 struct ExportArgs {

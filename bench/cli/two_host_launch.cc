@@ -1,7 +1,8 @@
-// `shardbench run --hosts netns`: hands the run to ci/two_host.sh, which makes two hosts out of
-// network namespaces on this machine and starts one MPI job of G ranks in each (as --np hands
-// it to mpirun). Only the argument plumbing lives here; the namespaces, the link and the
-// teardown are the script's, and so is the exit code 2 where namespaces cannot be created.
+// `shardbench run --hosts netns`: hands the run to ci/two_host.sh, which makes H hosts out of
+// network namespaces on this machine, shapes and measures their link, and starts one MPI job
+// of G ranks in each (as --np hands it to mpirun). Only the argument plumbing lives here; the
+// namespaces, the link and the teardown are the script's, and so is the exit code 2 where the
+// hosts or the link asked for cannot be made.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -19,7 +20,8 @@ namespace {
 
 // Flags the launcher consumes: the script's job sets world and ranks per node itself.
 bool consumed(const std::string& s, bool* takes_value) {
-  for (const std::string flag : {"--hosts", "--np", "--ranks-per-node"}) {
+  for (const std::string flag :
+       {"--hosts", "--np", "--ranks-per-node", "--inter-gbps", "--inter-latency-ms"}) {
     *takes_value = s == flag;  // "--flag value"; else maybe "--flag=value"
     if (*takes_value || s.rfind(flag + "=", 0) == 0) return true;
   }
@@ -33,15 +35,13 @@ int launch_two_hosts(const RunArgs& a, int argc, char** argv,
   if (a.hosts != "netns") throw UsageError(fmt::format("--hosts {}: allowed netns", a.hosts));
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"))
     throw UsageError("--hosts netns starts its own MPI job: run shardbench without mpirun");
-  int g = a.ranks_per_node;
-  if (a.np > 0) {
-    if (a.np % 2 != 0 || (g > 0 && a.np != 2 * g))
-      throw UsageError(
-          fmt::format("--np {}: --hosts netns runs 2 hosts x --ranks-per-node {} ranks", a.np,
-                      g > 0 ? std::to_string(g) : "G"));
-    g = a.np / 2;
-  }
-  if (g == 0) g = 2;
+  // H hosts of G ranks: G from --ranks-per-node (default: --np / 2, else 2), H = --np / G.
+  const int g = a.ranks_per_node > 0 ? a.ranks_per_node : a.np > 0 ? a.np / 2 : 2;
+  const int h = a.np > 0 && g > 0 ? a.np / g : 2;
+  if (a.np > 0 && (g < 1 || a.np % g != 0 || h < 2 || h > 64))
+    throw UsageError(fmt::format(
+        "--np {}: --hosts netns runs H x --ranks-per-node {} ranks with 2 <= H <= 64", a.np,
+        a.ranks_per_node > 0 ? std::to_string(g) : "G"));
 
   const char* env_script = std::getenv("SB_TWO_HOST_SCRIPT");
   const std::string script = env_script ? env_script : SB_SOURCE_DIR "/ci/two_host.sh";
@@ -54,9 +54,19 @@ int launch_two_hosts(const RunArgs& a, int argc, char** argv,
                                    script,
                                    "--bin",
                                    std::filesystem::read_symlink("/proc/self/exe").string(),
+                                   "--hosts",
+                                   std::to_string(h),
                                    "--ranks-per-node",
-                                   std::to_string(g),
-                                   "--"};
+                                   std::to_string(g)};
+  if (a.inter_gbps > 0) {
+    args.push_back("--inter-gbps");
+    args.push_back(fmt::format("{}", a.inter_gbps));
+  }
+  if (a.inter_latency_ms >= 0) {
+    args.push_back("--inter-latency-ms");
+    args.push_back(fmt::format("{}", a.inter_latency_ms));
+  }
+  args.push_back("--");
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (i == 1 && s == "run") continue;  // the script runs `shardbench run`
