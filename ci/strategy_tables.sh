@@ -25,9 +25,10 @@ run z3qwz "\`--zero-schedule paper --zero-quantized-weights on\`" --strategies z
   --zero-schedule paper --zero-quantized-weights on
 run z3pp "\`--zero-schedule paper\` + hpZ + qwZ" --strategies zero3 --zero-schedule paper \
   --zero-hpz-partition-size 2 --zero-quantized-weights on
-run z3qgz "\`--zero-schedule paper --zero-quantized-gradients on\`" --strategies zero3 \
-  --zero-schedule paper --zero-quantized-gradients on
+run z3qgz "\`--zero-schedule paper --zero-quantized-gradients on --zero-qgz-variant suite\`" \
+  --strategies zero3 --zero-schedule paper --zero-quantized-gradients on --zero-qgz-variant suite
 run z3ppall "\`--zero-schedule paper\` + hpZ + qwZ + qgZ" --strategies zero3 --zero-schedule paper \
-  --zero-hpz-partition-size 2 --zero-quantized-weights on --zero-quantized-gradients on
+  --zero-hpz-partition-size 2 --zero-quantized-weights on --zero-quantized-gradients on \
+  --zero-qgz-variant suite
 run ac "\`--activation-checkpointing block\`" --strategies all --activation-checkpointing block
 /usr/bin/python3 plots/strategy_table.py "${rows[@]}"

@@ -81,6 +81,12 @@ class Zero3 final : public Strategy {
     for (const ModuleVisit& v : step_visits(ctx_.model)) exec_.push_back(v.module);
     plan_releases();
     refresh_persistent();
+    // stage3.py __init__ "# IPG": with contiguous_gradients the reduce_bucket_size buffer of the
+    // communication dtype is allocated here and held for the whole run.
+    if (o.zero_contiguous_gradients)
+      ipg_ = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, o.grad_dtype(),
+                         o.bucket_elements());
+    ipg_at_.assign(nt, 0);
   }
 
   void begin_step() override {
@@ -102,6 +108,7 @@ class Zero3 final : public Strategy {
     if (cursor_ + 1 == exec_.size()) release_all();  // DeepSpeed's end-of-step release
     for (int t : ctx_.model.modules[m].tensors) {
       if (ready_[t] != m) continue;
+      to_ipg(t);
       bucket_.push_back(t);
       bucket_elems_ += flats_[t].padded;
       if (bucket_elems_ >= ctx_.options.bucket_elements()) flush_bucket();
@@ -423,6 +430,20 @@ class Zero3 final : public Strategy {
     ctx_.device.copy(secondary_[t].data(), full_[t].at(mine), secondary_[t].bytes());
   }
 
+  // __add_grad_to_ipg_bucket: a gradient that fits what is left of the IPG buffer is copied into
+  // it and its own storage freed (param.grad becomes the view); one that does not keeps its own.
+  void to_ipg(int t) {
+    const uint64_t n = flats_[t].padded;
+    if (ipg_.empty() || grad_full_[t].empty() || bucket_elems_ + n > ipg_.size()) return;
+    ctx_.device.copy(ipg_.at(bucket_elems_), grad_full_[t].data(), grad_full_[t].bytes());
+    ipg_at_[t] = bucket_elems_;
+    grad_full_[t].reset();
+  }
+  // Tensor t's full gradient, element `at` on: in its own buffer or in the IPG buffer.
+  const void* grad_of(int t, uint64_t at = 0) const {
+    return grad_full_[t].empty() ? ipg_.at(ipg_at_[t] + at) : grad_full_[t].at(at);
+  }
+
   void flush_bucket() {
     if (bucket_.empty()) return;
     if (qgz_active())
@@ -450,13 +471,19 @@ class Zero3 final : public Strategy {
                           flats_[t].shard_size(world()));
     if (qgz_eligible(info, world())) {
       red.qgz = std::make_unique<QgzReduce>(
-          ctx_.comm, ctx_.device, ctx_.memory, grad_full_[t].data(), grad_full_[t].dtype(),
+          ctx_.comm, ctx_.device, ctx_.memory, grad_of(t), ctx_.options.grad_dtype(),
           flats_[t].padded, qgz_groups_per_partition(info, world()), ctx_.options.overlap,
           info.name);
       grad_full_[t].reset();
       return red;
     }
-    red.staging = std::move(grad_full_[t]);
+    if (grad_full_[t].empty()) {  // in the IPG buffer, which the next bucket reuses
+      red.staging = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers,
+                                ctx_.options.grad_dtype(), flats_[t].padded);
+      ctx_.device.copy(red.staging.data(), grad_of(t), red.staging.bytes());
+    } else {
+      red.staging = std::move(grad_full_[t]);
+    }
     // after this reduce-scatter each rank holds the summed grads of its partition of t
     red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(),
                                                            red.out.size(), red.out.dtype(),
@@ -479,7 +506,7 @@ class Zero3 final : public Strategy {
       uint64_t at = uint64_t(q) * block;
       for (int t : bucket_) {
         const uint64_t part = flats_[t].shard_size(n);
-        ctx_.device.copy(red.staging.at(at), grad_full_[t].at(q * part), part * eb);
+        ctx_.device.copy(red.staging.at(at), grad_of(t, q * part), part * eb);
         at += part;
       }
     }
@@ -495,8 +522,10 @@ class Zero3 final : public Strategy {
   void reap_reductions(bool all) {
     while (!reductions_.empty() && (all || reductions_.front().done())) {
       Reduction& red = reductions_.front();
-      if (red.qgz)
-        red.qgz->finish(red.out);
+      if (red.qgz)  // as shipped: L x the sum (all_to_all_quant_reduce's / num_nodes)
+        red.qgz->finish(red.out, ctx_.options.zero_qgz_variant == QgzVariant::kShipped
+                                     ? float(group_size(GroupKind::kIntra))
+                                     : 1.0f);
       else
         red.handle.wait();
       uint64_t at = 0;
@@ -530,6 +559,8 @@ class Zero3 final : public Strategy {
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<FlatLayout> flats_;
   std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_, secondary_;
+  TypedBuffer ipg_;               // contiguous_gradients' IPG buffer (empty: off)
+  std::vector<uint64_t> ipg_at_;  // per tensor: where its gradient sits in it
   std::vector<Quantized> quant_;
   std::vector<CommHandle> gather_;
   std::vector<std::shared_ptr<FetchBatch>> batch_of_;  // per tensor: the batch it arrives in

@@ -172,9 +172,17 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 // - FSDP2 moves what FULL_SHARD moves (one all-gather of the group in forward, again in backward
 //   except the root; one reduce-scatter per group) over its per-parameter Ψ_pad; fsdp2_hsdp as
 //   HYBRID. reshard_after_forward=False (0) gathers once, like SHARD_GRAD_OP. An int k (the node,
-//   k = G) keeps a 1/k share after forward, so the backward all-gather of the non-root groups is
-//   a ring over the node: (G-1)/G·(Ψ_pad − Ψ_root)·b_p per rank, every hop intra, while the
-//   forward gather and the reduce-scatter stay world rings of (N-1)/N·Ψ_pad·b.
+//   k = G) keeps a 1/k share after forward, so the backward all-gather of every group is a ring
+//   over the node: (G-1)/G·Ψ_pad·b_p per rank, every hop intra, while the forward gather and the
+//   reduce-scatter stay world rings of (N-1)/N·Ψ_pad·b. The root is kept unsharded (gathered
+//   once) only with reshard_after_forward=None, the default (fully_shard's
+//   auto_reshard_after_forward; FSDPState._lazy_init): an explicit True gathers it again in
+//   backward, 2Ψ_pad in place of 2Ψ_pad − Ψ_root, and an int reshards it to the node as well.
+//
+// FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (torchtitan's default):
+//   foreach_reduce casts the unsharded grads to fp32 before the reduce-scatter, so b_g = 4 in
+//   the reduce-scatter (and HSDP's all-reduce) term: twice the bf16 bytes; the sharded grads
+//   stay fp32 (4·Ψ_pad/S of model state) while the gathers still move b_p = 2.
 //
 // MiCS, partitions of P consecutive ranks (R = N/P replicas, per-tensor flat padding to P): the
 // FULL_SHARD volume over each partition ring, (P-1)/P·((2Ψ_pad − Ψ_root)·b_p + Ψ_pad·b_g) per
@@ -230,8 +238,11 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
                             int fsdp2_reshard_after_forward = -1, double P = 0,
                             bool hierarchical = false,
                             bool ddp_bf16_params = false,
-                            uint64_t model_persist = UINT64_MAX) {
-  const double M = N / G, bp = param_bytes(precision), bg = bp;
+                            uint64_t model_persist = UINT64_MAX,
+                            bool fsdp2_reduce_fp32 = false) {
+  const double M = N / G, bp = param_bytes(precision);
+  const bool fsdp2_rows = s == "fsdp2" || s == "fsdp2_hsdp";
+  const double bg = fsdp2_rows && fsdp2_reduce_fp32 ? 4 : bp;  // FSDP2's reduce_dtype
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
     return Bytes{(N - inter_hops) * per_rank, inter_hops * per_rank};
@@ -277,12 +288,14 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
   const bool full = s == "fsdp_full_shard" || s == "fsdp_hybrid_shard" ||
                     (fsdp2 && (k < 0 || double(k) == S));
   const auto [pad, root] = fsdp2 ? fsdp2_padded(l, uint64_t(S)) : fsdp_padded(l, uint64_t(S));
+  // the root is gathered once per step, unless FSDP2 was given True or an int explicitly
+  const double kept = !fsdp2 || k == kFsdp2ReshardAuto ? double(root) : 0;
   if (fsdp2 && k > 1 && double(k) < S) {  // fsdp2 resharding to the node after forward
     const Bytes world = world_ring((N - 1) / N * double(pad) * (bp + bg));
-    const double node = N * (G - 1) / G * double(pad - root) * bp;
+    const double node = N * (G - 1) / G * (double(pad) - kept) * bp;
     return {world.intra + node, world.inter};
   }
-  const double gathered = full ? 2.0 * double(pad) - double(root) : double(pad);
+  const double gathered = full ? 2.0 * double(pad) - kept : double(pad);
   const double shard_group = (S - 1) / S * (gathered * bp + double(pad) * bg);
   if (!hybrid) return world_ring(shard_group);
   return {N * shard_group, 2 * (M - 1) * double(pad) * bg};
@@ -448,8 +461,11 @@ inline ModelState expected_state(const std::string& s, const ModelLayout& l, Pre
                                  uint64_t persist_elements, uint64_t N, uint64_t G,
                                  uint64_t P = 0,
                                  bool ddp_bf16_params = false,
-                                 uint64_t model_persist = UINT64_MAX) {
-  const uint64_t bp = uint64_t(param_bytes(precision)), bg = bp;
+                                 uint64_t model_persist = UINT64_MAX,
+                                 bool fsdp2_reduce_fp32 = false) {
+  const uint64_t bp = uint64_t(param_bytes(precision));
+  const bool fsdp2_rows = s == "fsdp2" || s == "fsdp2_hsdp";
+  const uint64_t bg = fsdp2_rows && fsdp2_reduce_fp32 ? 4 : bp;  // the fp32 sharded grads
   const uint64_t K = precision == Precision::kFp32 ? 8 : 12;
   const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
   if (s == "ddp") {

@@ -11,7 +11,8 @@
 namespace sb::testing {
 namespace {
 
-// reshard: FSDP2's reshard_after_forward (-1 True, 0 False, -2 the node's ranks per node).
+// reshard: FSDP2's reshard_after_forward (kFsdp2ReshardAuto None, kFsdp2ReshardTrue True,
+// 0 False, kNode the node's ranks per node).
 // hier: MiCS's hierarchical all-gather (skipped where the partition does not span whole nodes).
 struct Case {
   std::string strategy;
@@ -21,7 +22,10 @@ struct Case {
   int reshard = -1;
   bool hier = false;
   int ac = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
+  bool reduce_fp32 = false;  // FSDP2 MixedPrecisionPolicy(reduce_dtype=fp32)
 };
+
+constexpr int kNode = -3;
 
 class Bytes : public ::testing::TestWithParam<Case> {};
 
@@ -32,10 +36,11 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   cfg.options.persist_elements = c.persist;
   apply_zero_schedule(c.schedule, cfg.options);
   const Topology& topo = run_env().topo;
-  cfg.options.fsdp2_reshard_after_forward = c.reshard == -2 ? topo.ranks_per_node() : c.reshard;
+  cfg.options.fsdp2_reshard_after_forward = c.reshard == kNode ? topo.ranks_per_node() : c.reshard;
   const int P = topo.partition_size(), G = topo.ranks_per_node();
   if (c.hier && (P <= G || P % G != 0)) GTEST_SKIP() << "the partition does not span nodes";
   cfg.options.mics_hierarchical_params_gather = c.hier;
+  cfg.options.fsdp2_reduce_fp32 = c.reduce_fp32;
   const StrategyRun r = run(c.strategy, cfg, false);
   ASSERT_EQ(r.status, "ok") << r.error;
   EXPECT_TRUE(r.traffic_counted);
@@ -43,7 +48,8 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
       closed_forms::expected_bytes(c.strategy, make_layout(cfg.model), c.precision, c.persist,
                                    topo.world_size(), topo.ranks_per_node(),
                                    cfg.options.zero_grad_reduce, cfg.options.reuse_distance,
-                                   cfg.options.fsdp2_reshard_after_forward, P, c.hier);
+                                   cfg.options.fsdp2_reshard_after_forward, P, c.hier, false,
+                                   UINT64_MAX, c.reduce_fp32);
   EXPECT_EQ(double(r.sent_intra_all), e.intra) << "intra-node bytes per step, summed over ranks";
   EXPECT_EQ(double(r.sent_inter_all), e.inter) << "inter-node bytes per step, summed over ranks";
 }
@@ -60,8 +66,17 @@ std::vector<Case> cases() {
       v.push_back({s, p, 0, ZeroSchedule::kPaper});
   v.push_back({"zero3", Precision::kFp32, 100, ZeroSchedule::kPaper});
   v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, 0});         // reshard_after_forward=False
-  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, -2});        // =ranks per node: backward in the node
-  v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -2});
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, kNode});      // =ranks per node: backward in the node
+  v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, kNode});
+  // An explicit True reshards the root too (one more all-gather of it in backward).
+  for (const char* s : {"fsdp2", "fsdp2_hsdp"})
+    for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+      v.push_back({s, p, 0, ZeroSchedule::kShipped, kFsdp2ReshardTrue});
+  // torchtitan's MixedPrecisionPolicy: bf16 gathers, fp32 reduce-scatters (and HSDP all-reduce)
+  for (const char* s : {"fsdp2", "fsdp2_hsdp"})
+    for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+      v.push_back({s, p, 0, ZeroSchedule::kShipped, kFsdp2ReshardAuto, false, 0, true});
+  v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, kNode, false, 1, true});
   v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true});
   v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, true});
   // Activation checkpointing: ZeRO-3 (paper schedule) and MiCS gather a recomputed block
@@ -71,7 +86,8 @@ std::vector<Case> cases() {
   v.push_back({"zero3", Precision::kBf16Mixed, 100, ZeroSchedule::kPaper, -1, false, 2});
   v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, false, 2});
   v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true, 1});
-  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, -2, false, 1});
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, kNode, false, 1});
+  v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, kFsdp2ReshardTrue, false, 1});
   return v;
 }
 
@@ -79,9 +95,13 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](
   return info.param.strategy + (info.param.precision == Precision::kFp32 ? "_fp32" : "_bf16") +
          (info.param.persist ? "_persist" + std::to_string(info.param.persist) : "") +
          (info.param.schedule == ZeroSchedule::kPaper ? "_paper" : "") +
-         (info.param.reshard == 0 ? "_no_reshard" : info.param.reshard == -2 ? "_reshard_node" : "") +
+         (info.param.reshard == 0                   ? "_no_reshard"
+          : info.param.reshard == kNode             ? "_reshard_node"
+          : info.param.reshard == kFsdp2ReshardTrue ? "_reshard_true"
+                                                    : "") +
          (info.param.hier ? "_hierarchical" : "") +
-         (info.param.ac ? "_ac_every" + std::to_string(info.param.ac) : "");
+         (info.param.ac ? "_ac_every" + std::to_string(info.param.ac) : "") +
+         (info.param.reduce_fp32 ? "_reduce_fp32" : "");
 });
 
 // The paper's ZeRO-3 gathers tensor by tensor: more, smaller collectives than FSDP's units.
@@ -168,8 +188,8 @@ TEST(BytesShape, Fsdp2ReshardToTheNodeKeepsTheBackwardGatherInside) {
   uint64_t intra_gathers = 0;
   for (const LedgerEntry& e : node.step_entries)
     intra_gathers += e.kind == CollKind::kAllGather && e.group == GroupKind::kIntra;
-  EXPECT_EQ(intra_gathers, uint64_t(cfg.model.n_layer))
-      << "one node all-gather per non-root group in backward";
+  EXPECT_EQ(intra_gathers, uint64_t(cfg.model.n_layer) + 1)
+      << "one node all-gather per group in backward, the root's too (an explicit int)";
 }
 
 }  // namespace
