@@ -65,7 +65,7 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
                "fsdp_use_orig_params", "max_live_elements", "model_persist_elements",
                "zero3_fetch", "zero_hpz_partition_size", "zero_quantized_weights",
                "zero_quantized_gradients", "zero_contiguous_gradients",
-               "zero_communication_data_type", "zero_qgz_variant"]
+               "zero_communication_data_type", "zero_qgz_variant", "mics_schedule"]
 # What a key missing from an older file meant (files before matmul_precision computed every
 # matmul in fp32; files before zero_grad_reduce ran the ZeRO paper's schedule: reduce-scatter,
 # every ZeRO-3 gather released; files before grad_accum ran one micro-batch per step; files
@@ -82,7 +82,7 @@ CONFIG_DEFAULTS = {"matmul_precision": "fp32", "zero_grad_reduce": "reduce_scatt
                    "zero3_fetch": "per_tensor", "zero_hpz_partition_size": 1,
                    "zero_quantized_weights": False, "zero_quantized_gradients": False,
                    "zero_contiguous_gradients": False, "zero_communication_data_type": "auto",
-                   "zero_qgz_variant": "suite"}
+                   "zero_qgz_variant": "suite", "mics_schedule": "per_unit"}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

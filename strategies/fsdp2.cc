@@ -13,6 +13,7 @@
 #include "strategies/accumulate.h"
 #include "strategies/param_shards.h"
 #include "strategies/strategy.h"
+#include "strategies/zero3.h"
 
 namespace sb {
 namespace {
@@ -372,12 +373,19 @@ class Fsdp2 final : public Strategy {
 
 }  // namespace
 
+// fsdp2 and fsdp2_hsdp; MiCS registers itself (strategies/mics.cc) and builds this per-unit
+// schedule only for --mics-schedule per-unit.
 void register_fsdp2(std::vector<StrategyEntry>& out) {
   for (const Fsdp2Spec& s : kFsdp2Specs) {
+    if (!s.rows) continue;
     out.push_back({fsdp2_description(s), [&s](StrategyContext c) -> std::unique_ptr<Strategy> {
                      return std::make_unique<Fsdp2>(std::move(c), s);
                    }});
   }
+}
+
+std::unique_ptr<Strategy> make_mics_per_unit(StrategyContext c) {
+  return std::make_unique<Fsdp2>(std::move(c), kFsdp2Specs[2]);
 }
 
 }  // namespace sb

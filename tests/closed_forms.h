@@ -216,6 +216,23 @@ inline Bytes mics_bytes(const ModelLayout& l, double bp, double bg, double N, do
   return b;
 }
 
+// MiCS as DeepSpeed ships it (mics.py: ZeRO-3's coordinator, only the all-gather swapped to the
+// partition group of P consecutive ranks; MiCS_Optimizer.allreduce_mics_shard_grads): ZeRO-3's
+// shipped volume over each partition ring (each tensor padded to P, gathered once per step while
+// the reuse distance covers the trace, recompute included; persistent ones refreshed once after
+// the step; its gradient reduce-scattered once), (P-1)/P·Σ_t ψ_t,pad·(b_p + b_g) per rank, plus
+// one all-reduce of the Σ_t ψ_t,pad/P gradient partitions over the R = N/P replicas,
+// 2(R-1)/R·Σ_t ψ_t,pad/P·b_g per rank. Hop classes as for the per-unit form above.
+inline Bytes mics_shipped_bytes(const ModelLayout& l, double bp, double bg, double N, double G,
+                                double P) {
+  double pad = 0;
+  for (const auto& t : l.tensors) pad += double(round_up(t.numel, uint64_t(P)));
+  const double R = N / P;
+  const double part_out = leaving_hops(N, G, P, R, 1, P), repl_out = leaving_hops(N, G, R, P, P, 1);
+  const double part = (P - 1) / P * pad * (bp + bg), ar = 2 * (R - 1) / R * pad / P * bg;
+  return {(N - part_out) * part + (N - repl_out) * ar, part_out * part + repl_out * ar};
+}
+
 // ZeRO-3's persistent tensors (DeepSpeed parameter_offload.py mark_persistent_parameters): in
 // parameter order, numel <= persist unless it would take the persisted total past model_persist.
 inline std::vector<bool> zero3_persistent(const ModelLayout& l, uint64_t persist,
@@ -239,7 +256,8 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
                             bool hierarchical = false,
                             bool ddp_bf16_params = false,
                             uint64_t model_persist = UINT64_MAX,
-                            bool fsdp2_reduce_fp32 = false) {
+                            bool fsdp2_reduce_fp32 = false,
+                            MicsSchedule mics = MicsSchedule::kShipped) {
   const double M = N / G, bp = param_bytes(precision);
   const bool fsdp2_rows = s == "fsdp2" || s == "fsdp2_hsdp";
   const double bg = fsdp2_rows && fsdp2_reduce_fp32 ? 4 : bp;  // FSDP2's reduce_dtype
@@ -279,6 +297,11 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
       sum += pad * (bg + (persist ? bp : (once ? 1.0 : gathers) * bp));
     }
     return world_ring((N - 1) / N * sum);
+  }
+  if (s == "mics" && mics == MicsSchedule::kShipped) {
+    if (reuse_distance < 2 * l.num_params() + l.num_params() || hierarchical)
+      throw std::invalid_argument("no closed form: MiCS shipped with reuse or hierarchy");
+    return mics_shipped_bytes(l, bp, bg, N, G, P > 0 ? P : G);
   }
   if (s == "mics") return mics_bytes(l, bp, bg, N, G, P > 0 ? P : G, hierarchical);
   const bool fsdp2 = s.rfind("fsdp2", 0) == 0;

@@ -47,6 +47,7 @@ struct PredictArgs {
   std::string fsdp2_reduce_dtype = "auto";  // auto | fp32
   int mics_shard_size = 0;
   bool mics_hierarchical = false;
+  std::string mics_schedule = "shipped";  // shipped | per-unit
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
   bool zero_quantized_gradients = false;
@@ -146,6 +147,9 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   o.fsdp2_reduce_fp32 = a.fsdp2_reduce_dtype == "fp32";
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical;
+  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
+  require(!a.mics_hierarchical || o.mics_schedule == MicsSchedule::kPerUnit,
+          "--mics-hierarchical-params-gather", "only with --mics-schedule per-unit");
   require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
           "1..4096");
   o.grad_accum = a.grad_accum;
@@ -355,6 +359,10 @@ void add_predict_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--mics-shard-size", a.mics_shard_size, "MiCS partition (0: the node)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  p->add_option("--mics-schedule", a.mics_schedule,
+                "MiCS: shipped (ZeRO-3's coordinator over the partition) | per-unit")
+      ->check(CLI::IsMember({"shipped", "per-unit"}))
       ->capture_default_str();
   p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
               "MiCS two-level all-gather (a partition of whole nodes)");

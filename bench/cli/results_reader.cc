@@ -32,7 +32,7 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"zero3_fetch", "coalesced"}, {"zero_hpz_partition_size", 1},
       {"zero_quantized_weights", false}, {"zero_quantized_gradients", false},
       {"zero_contiguous_gradients", true}, {"zero_communication_data_type", "auto"},
-      {"zero_qgz_variant", "shipped"}};
+      {"zero_qgz_variant", "shipped"}, {"mics_schedule", "shipped"}};
   return k;
 }
 

@@ -91,6 +91,10 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--mics-shard-size", a.mics_shard_size,
                   "MiCS ranks per partition group; must divide the world (0 = ranks per node)")
       ->capture_default_str();
+  app->add_option("--mics-schedule", a.mics_schedule,
+                  "MiCS: shipped (ZeRO-3's fetch, release and bucketed reduce over the partition, "
+                  "one replica all-reduce per step) | per-unit (FSDP2-style units)")
+      ->capture_default_str();
   app->add_option("--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
                   "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
                   "nodes: on | off")
@@ -390,6 +394,12 @@ RunConfig to_run_config(const RunArgs& a) {
   }
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
+  require(a.mics_schedule == "shipped" || a.mics_schedule == "per-unit", "--mics-schedule",
+          a.mics_schedule, "shipped|per-unit");
+  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
+  require(!o.mics_hierarchical_params_gather || o.mics_schedule == MicsSchedule::kPerUnit,
+          "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
+          "on only with --mics-schedule per-unit");
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights == "on";
   o.zero_quantized_gradients = a.zero_quantized_gradients == "on";

@@ -46,6 +46,7 @@ struct RunArgs {
   std::string fsdp2_mixed_precision = "none";   // none | torchtitan (bf16 params, fp32 reduce)
   int mics_shard_size = 0;  // 0: ranks per node
   std::string mics_hierarchical_params_gather = "off";
+  std::string mics_schedule = "shipped";  // shipped (ZeRO-3's coordinator) | per-unit
   int zero_hpz_partition_size = 1;            // ZeRO++ hpZ (zero3): 1 off, else ranks per node
   std::string zero_quantized_weights = "off";  // ZeRO++ qwZ (zero3): on | off
   std::string zero_quantized_gradients = "off";  // ZeRO++ qgZ (zero3): on | off

@@ -179,6 +179,7 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"fsdp2_reduce_dtype", o.fsdp2_reduce_fp32 ? "fp32" : "auto"},
       {"mics_shard_size", o.mics_shard_size},
       {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
+      {"mics_schedule", o.mics_schedule == MicsSchedule::kPerUnit ? "per_unit" : "shipped"},
       {"zero_hpz_partition_size", o.zero_hpz_partition_size},
       {"zero_quantized_weights", o.zero_quantized_weights},
       {"zero_quantized_gradients", o.zero_quantized_gradients},

@@ -23,6 +23,7 @@ struct Case {
   bool hier = false;
   int ac = 0;  // --activation-checkpointing: 0 none, K every K-th block (1 block)
   bool reduce_fp32 = false;  // FSDP2 MixedPrecisionPolicy(reduce_dtype=fp32)
+  MicsSchedule mics = MicsSchedule::kShipped;
 };
 
 constexpr int kNode = -3;
@@ -41,6 +42,7 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
   if (c.hier && (P <= G || P % G != 0)) GTEST_SKIP() << "the partition does not span nodes";
   cfg.options.mics_hierarchical_params_gather = c.hier;
   cfg.options.fsdp2_reduce_fp32 = c.reduce_fp32;
+  cfg.options.mics_schedule = c.mics;
   const StrategyRun r = run(c.strategy, cfg, false);
   ASSERT_EQ(r.status, "ok") << r.error;
   EXPECT_TRUE(r.traffic_counted);
@@ -49,7 +51,7 @@ TEST_P(Bytes, CountedTrafficEqualsClosedForm) {
                                    topo.world_size(), topo.ranks_per_node(),
                                    cfg.options.zero_grad_reduce, cfg.options.reuse_distance,
                                    cfg.options.fsdp2_reshard_after_forward, P, c.hier, false,
-                                   UINT64_MAX, c.reduce_fp32);
+                                   UINT64_MAX, c.reduce_fp32, c.mics);
   EXPECT_EQ(double(r.sent_intra_all), e.intra) << "intra-node bytes per step, summed over ranks";
   EXPECT_EQ(double(r.sent_inter_all), e.inter) << "inter-node bytes per step, summed over ranks";
 }
@@ -77,15 +79,19 @@ std::vector<Case> cases() {
     for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
       v.push_back({s, p, 0, ZeroSchedule::kShipped, kFsdp2ReshardAuto, false, 0, true});
   v.push_back({"fsdp2", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, kNode, false, 1, true});
-  v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true});
-  v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, true});
+  // MiCS's per-unit schedule (--mics-schedule per-unit), with and without its two-level gather
+  constexpr MicsSchedule kUnit = MicsSchedule::kPerUnit;
+  for (Precision p : {Precision::kFp32, Precision::kBf16Mixed})
+    for (bool hier : {false, true})
+      v.push_back({"mics", p, 0, ZeroSchedule::kShipped, -1, hier, 0, false, kUnit});
   // Activation checkpointing: ZeRO-3 (paper schedule) and MiCS gather a recomputed block
   // again, every other strategy moves what it moves without (closed_forms.h).
   for (const auto& s : strategy_names()) v.push_back({s, Precision::kFp32, 0, ZeroSchedule::kShipped, -1, false, 1});
   v.push_back({"zero3", Precision::kFp32, 0, ZeroSchedule::kPaper, -1, false, 1});
   v.push_back({"zero3", Precision::kBf16Mixed, 100, ZeroSchedule::kPaper, -1, false, 2});
   v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, false, 2});
-  v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true, 1});
+  v.push_back({"mics", Precision::kBf16Mixed, 0, ZeroSchedule::kShipped, -1, false, 2, false, kUnit});
+  v.push_back({"mics", Precision::kFp32, 0, ZeroSchedule::kShipped, -1, true, 1, false, kUnit});
   v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, kNode, false, 1});
   v.push_back({"fsdp2", Precision::kFp32, 0, ZeroSchedule::kShipped, kFsdp2ReshardTrue, false, 1});
   return v;
@@ -101,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, Bytes, ::testing::ValuesIn(cases()), [](
                                                     : "") +
          (info.param.hier ? "_hierarchical" : "") +
          (info.param.ac ? "_ac_every" + std::to_string(info.param.ac) : "") +
-         (info.param.reduce_fp32 ? "_reduce_fp32" : "");
+         (info.param.reduce_fp32 ? "_reduce_fp32" : "") +
+         (info.param.mics == MicsSchedule::kPerUnit ? "_per_unit" : "");
 });
 
 // The paper's ZeRO-3 gathers tensor by tensor: more, smaller collectives than FSDP's units.
@@ -163,9 +170,14 @@ TEST(BytesShape, RecomputeGathersTheBlockAgainUnderZero3NotUnderFsdp) {
   const StrategyRun f2 = run("fsdp2", cfg, false);
   EXPECT_EQ(gathers(f2, "group2"), 2);
   if (run_env().topo.partition_size() < 2) return;  // MiCS over partitions of one: no gathers
-  const StrategyRun mics = run("mics", cfg, false);
+  RunConfig per_unit = cfg;
+  per_unit.options.mics_schedule = MicsSchedule::kPerUnit;
+  const StrategyRun mics = run("mics", per_unit, false);
   EXPECT_EQ(gathers(mics, "group2"), 3);
   EXPECT_EQ(gathers(mics, "group1"), 2);
+  // MiCS as shipped (ZeRO-3's coordinator, the reuse distance covering the model): the
+  // recompute gathers nothing, and nothing is gathered in backward either
+  EXPECT_EQ(gathered(run("mics", cfg, false)), gathered(run("mics", no_ac, false)));
 }
 
 TEST(BytesShape, HybridMovesFewerInterNodeBytesThanFullShard) {
