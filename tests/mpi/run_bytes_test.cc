@@ -204,5 +204,35 @@ TEST(BytesShape, Fsdp2ReshardToTheNodeKeepsTheBackwardGatherInside) {
       << "one node all-gather per group in backward, the root's too (an explicit int)";
 }
 
+
+// MiCS as shipped runs ZeRO-3's schedule over the partition: on tiny (one 25 MiB bucket, every
+// tensor within the reuse distance) a step is the first module's gather, the prefetch of the
+// rest, one reduce-scatter over the partition and one all-reduce across replicas (none with a
+// single replica), 4 collectives; nothing is gathered in backward. The per-unit schedule gathers
+// every unit but the root twice and reduces each unit on its own.
+TEST(BytesShape, MicsShippedIsZero3OverThePartitionWithOneReplicaAllReduce) {
+  const Topology& t = run_env().topo;
+  if (t.partition_size() < 2) GTEST_SKIP() << "MiCS over partitions of one: no gathers";
+  auto count = [](const StrategyRun& r, CollKind k) {
+    uint64_t n = 0;
+    for (const LedgerEntry& e : r.step_entries) n += e.kind == k;
+    return n;
+  };
+  RunConfig cfg = tiny_config(Precision::kFp32, 2);
+  const StrategyRun shipped = run("mics", cfg, false);
+  ASSERT_EQ(shipped.status, "ok") << shipped.error;
+  const uint64_t replicas = uint64_t(t.world_size() / t.partition_size());
+  EXPECT_EQ(count(shipped, CollKind::kAllGather), 2u);
+  EXPECT_EQ(count(shipped, CollKind::kReduceScatter), 1u);
+  EXPECT_EQ(count(shipped, CollKind::kAllReduce), replicas > 1 ? 1u : 0u);
+  EXPECT_EQ(shipped.step_entries.size(), replicas > 1 ? 4u : 3u);
+  cfg.options.mics_schedule = MicsSchedule::kPerUnit;
+  const StrategyRun unit = run("mics", cfg, false);
+  const uint64_t units = uint64_t(cfg.model.n_layer) + 1;
+  EXPECT_EQ(count(unit, CollKind::kAllGather), 2 * units - 1);
+  EXPECT_EQ(count(unit, CollKind::kReduceScatter), units);
+  EXPECT_EQ(count(unit, CollKind::kAllReduce), replicas > 1 ? units : 0u);
+}
+
 }  // namespace
 }  // namespace sb::testing
