@@ -16,8 +16,9 @@ EXTRA=("$@")
 run all "default" --strategies all
 run fsdp2_node "\`--fsdp2-reshard-after-forward 2\`" --strategies fsdp2 --fsdp2-reshard-after-forward 2
 run mics4 "\`--mics-shard-size 4\`" --strategies mics --mics-shard-size 4
-run mics4h "\`--mics-shard-size 4 --mics-hierarchical-params-gather on\`" --strategies mics \
-  --mics-shard-size 4 --mics-hierarchical-params-gather on
+run mics_unit "\`--mics-schedule per-unit\`" --strategies mics --mics-schedule per-unit
+run mics4h "\`--mics-schedule per-unit --mics-shard-size 4 --mics-hierarchical-params-gather on\`" \
+  --strategies mics --mics-schedule per-unit --mics-shard-size 4 --mics-hierarchical-params-gather on
 run z3paper "\`--zero-schedule paper\`" --strategies zero3 --zero-schedule paper
 run z3hpz "\`--zero-schedule paper --zero-hpz-partition-size 2\`" --strategies zero3 \
   --zero-schedule paper --zero-hpz-partition-size 2
@@ -25,9 +26,10 @@ run z3qwz "\`--zero-schedule paper --zero-quantized-weights on\`" --strategies z
   --zero-schedule paper --zero-quantized-weights on
 run z3pp "\`--zero-schedule paper\` + hpZ + qwZ" --strategies zero3 --zero-schedule paper \
   --zero-hpz-partition-size 2 --zero-quantized-weights on
-run z3qgz "\`--zero-schedule paper --zero-quantized-gradients on\`" --strategies zero3 \
-  --zero-schedule paper --zero-quantized-gradients on
+run z3qgz "\`--zero-schedule paper --zero-quantized-gradients on --zero-qgz-variant suite\`" \
+  --strategies zero3 --zero-schedule paper --zero-quantized-gradients on --zero-qgz-variant suite
 run z3ppall "\`--zero-schedule paper\` + hpZ + qwZ + qgZ" --strategies zero3 --zero-schedule paper \
-  --zero-hpz-partition-size 2 --zero-quantized-weights on --zero-quantized-gradients on
+  --zero-hpz-partition-size 2 --zero-quantized-weights on --zero-quantized-gradients on \
+  --zero-qgz-variant suite
 run ac "\`--activation-checkpointing block\`" --strategies all --activation-checkpointing block
 /usr/bin/python3 plots/strategy_table.py "${rows[@]}"

@@ -14,7 +14,8 @@ SB=(./build/shardbench run --np 4 --ranks-per-node 2 --model small --untied-head
     --batch 4 --quiet)
 HPZ=(--zero-hpz-partition-size 2)
 QWZ=(--zero-quantized-weights on)
-QGZ=(--zero-quantized-gradients on)
+# qgZ as shipped reads fp16 gradients: bf16 training with communication_data_type fp16
+QGZ=(--zero-quantized-gradients on --zero-communication-data-type fp16)
 source ci/table_runs.sh
 EXTRA=("$@")
 run plain "\`zero3\`"

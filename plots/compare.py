@@ -66,10 +66,12 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
                "forward_prefetch", "limit_all_gathers", "overlap", "prefetch_elements",
                "persist_elements", "matmul_precision", "zero_grad_reduce", "reuse_distance",
                "grad_accum", "ddp", "fsdp_no_sync", "fsdp2_reshard_after_forward",
-               "fsdp2_prefetch", "mics_shard_size", "mics_hierarchical_params_gather",
+               "fsdp2_reshard_root", "fsdp2_prefetch", "fsdp2_reduce_dtype",
+               "mics_shard_size", "mics_hierarchical_params_gather",
                "fsdp_use_orig_params", "max_live_elements", "model_persist_elements",
                "zero3_fetch", "zero_hpz_partition_size", "zero_quantized_weights",
-               "zero_quantized_gradients"]
+               "zero_quantized_gradients", "zero_contiguous_gradients",
+               "zero_communication_data_type", "zero_qgz_variant", "mics_schedule"]
 # What a key missing from an older file meant (files before matmul_precision computed every
 # matmul in fp32; files before zero_grad_reduce ran the ZeRO paper's schedule: reduce-scatter,
 # every ZeRO-3 gather released; files before grad_accum ran one micro-batch per step; files
@@ -79,11 +81,14 @@ SAME_CONFIG = ["model", "params", "world_size", "ranks_per_node", "num_nodes", "
 # them with a newer file is refused.
 CONFIG_DEFAULTS = {"matmul_precision": "fp32", "zero_grad_reduce": "reduce_scatter",
                    "reuse_distance": 0, "grad_accum": 1, "fsdp_no_sync": True,
-                   "fsdp2_reshard_after_forward": True, "fsdp2_prefetch": 1, "mics_shard_size": 0,
+                   "fsdp2_reshard_after_forward": True, "fsdp2_reshard_root": False, "fsdp2_prefetch": 1,
+                   "fsdp2_reduce_dtype": "auto", "mics_shard_size": 0,
                    "mics_hierarchical_params_gather": False, "fsdp_use_orig_params": False,
                    "max_live_elements": 1000000000, "model_persist_elements": 9223372036854775807,
                    "zero3_fetch": "per_tensor", "zero_hpz_partition_size": 1,
-                   "zero_quantized_weights": False, "zero_quantized_gradients": False}
+                   "zero_quantized_weights": False, "zero_quantized_gradients": False,
+                   "zero_contiguous_gradients": False, "zero_communication_data_type": "auto",
+                   "zero_qgz_variant": "suite", "mics_schedule": "per_unit"}
 # Keys that may differ but are worth a warning.
 WARN_CONFIG = ["steps", "warmup", "seed", "lr", "device", "mem_limit_gb"]
 

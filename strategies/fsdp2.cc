@@ -1,8 +1,9 @@
 // PyTorch FSDP2 (`fully_shard`, torch/distributed/fsdp/_fully_shard/): every parameter sharded on
 // dim 0 and padded on its own (param_shards.h); per parameter group (our wrap unit) one
 // all-gather through one flat buffer (copy-in, copy-out) and one reduce-scatter (copy-in of the
-// grads); the root kept unsharded after forward; reshard_after_forward True / False / an int
-// (the node: the backward all-gather stays inside it); a prefetch count. `fsdp2_hsdp` is the 2-D
+// grads); reshard_after_forward None (the root kept unsharded after forward) / True / False / an
+// int (the node: the backward all-gather stays inside it; True and an int reshard the root too);
+// a prefetch count. `fsdp2_hsdp` is the 2-D
 // mesh (shard in the node, all-reduce of the grad shard across nodes). DeepSpeed's MiCS is a row
 // of the same family: flat partitions over a partition group, replicated, two-level gather.
 #include <deque>
@@ -12,6 +13,7 @@
 #include "strategies/accumulate.h"
 #include "strategies/param_shards.h"
 #include "strategies/strategy.h"
+#include "strategies/zero3.h"
 
 namespace sb {
 namespace {
@@ -56,12 +58,17 @@ class Fsdp2 final : public Strategy {
     post_forward_ = post_forward_group_size();
     hierarchical_ = hierarchical_gather();
     plan_ = FsdpPlan::build(ctx_.model, o.wrap);
+    // MiCS_Optimizer is DeepSpeed's ZeRO-3 optimizer: its IPG buffer (stage3.py, "# IPG") is
+    // held all run, though this per-unit schedule reduces each unit from its own copy-in.
+    if (!spec_.rows && o.zero_contiguous_gradients)
+      ipg_ = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, o.grad_dtype(),
+                         o.bucket_elements());
     groups_.resize(plan_.unit_tensors.size());
     for (size_t u = 0; u < groups_.size(); ++u) {
       Group& G = groups_[u];
       G.layout = ParamShards::build(ctx_.model, plan_.unit_tensors[u], S_, spec_.rows);
       G.shard = TypedBuffer(ctx_.memory, MemCategory::kParams, o.param_dtype(), G.chunk());
-      G.grad_shard = TypedBuffer(ctx_.memory, MemCategory::kGrads, o.grad_dtype(), G.chunk());
+      G.grad_shard = TypedBuffer(ctx_.memory, MemCategory::kGrads, reduce_dtype(), G.chunk());
       for (const ParamShard& P : G.layout.params) {
         G.optims.push_back(std::make_unique<ShardOptimizer>(
             ctx_.model, P.flat, r * P.chunk, (r + 1) * P.chunk, o.param_dtype(), o.adamw, o.seed,
@@ -99,7 +106,8 @@ class Fsdp2 final : public Strategy {
 
   void on_post_forward(int m) override {
     const int u = plan_.unit_of_module[m];
-    if (m != plan_.spans[u].last_fwd || u == plan_.root || post_forward_ == 1) return;
+    if (m != plan_.spans[u].last_fwd || (u == plan_.root && keep_root()) || post_forward_ == 1)
+      return;
     Group& G = groups_[u];
     if (post_forward_ == S_) {
       G.full.reset();  // reshard_after_forward=True: back to the shard
@@ -132,11 +140,13 @@ class Fsdp2 final : public Strategy {
       G.full.reset();
       return;
     }
-    // foreach_reduce: copy-in of the unsharded grads into one flat buffer, rank by rank
+    // foreach_reduce: the unsharded grads cast to reduce_dtype (_to_dtype_if_needed), then
+    // copy-in into one flat buffer, rank by rank
+    TypedBuffer cast = grads_in(G.full_grad, reduce_dtype());
     G.reduce_in =
-        TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, G.full_grad.dtype(), G.layout.padded());
-    G.layout.copy(ctx_.device, G.full_grad.data(), G.reduce_in.data(),
-                  dtype_bytes(G.reduce_in.dtype()), 0, G.layout.shards, false);
+        TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, reduce_dtype(), G.layout.padded());
+    G.layout.copy(ctx_.device, cast.empty() ? G.full_grad.data() : cast.data(),
+                  G.reduce_in.data(), dtype_bytes(G.reduce_in.dtype()), 0, G.layout.shards, false);
     G.full_grad.reset();
     G.full.reset();  // the root too: resharded after backward
     // MiCS: the shard's sum of earlier micro-batches goes into this rank's own block of the
@@ -207,8 +217,12 @@ class Fsdp2 final : public Strategy {
   }
   std::pair<void*, DType> grad_storage(int t) override {
     Group& G = groups_[plan_.unit_of_tensor[t]];
-    if (G.full_grad.empty())  // unsharded grads live from the group's backward to the copy-in
-      G.full_grad = TypedBuffer(ctx_.memory, MemCategory::kGrads, ctx_.options.grad_dtype(),
+    // Unsharded grads live from the group's backward to the copy-in. Kept across micro-batches
+    // they are held in reduce_dtype (FSDPParam.to_accumulated_grad_if_needed).
+    const bool kept = spec_.rows && ctx_.options.grad_accum > 1;
+    if (G.full_grad.empty())
+      G.full_grad = TypedBuffer(ctx_.memory, MemCategory::kGrads,
+                                kept ? reduce_dtype() : ctx_.options.grad_dtype(),
                                 G.layout.padded());
     return {G.full_grad.at(G.layout.find(t).full_off), G.full_grad.dtype()};
   }
@@ -223,6 +237,19 @@ class Fsdp2 final : public Strategy {
     uint64_t chunk() const { return layout.chunk_total; }
   };
 
+  // MixedPrecisionPolicy.reduce_dtype: fp32 when asked (FSDP2 only), else the grads' dtype.
+  DType reduce_dtype() const {
+    return spec_.rows && ctx_.options.fsdp2_reduce_fp32 ? DType::kF32 : ctx_.options.grad_dtype();
+  }
+  // `grads` cast to `to` in a workspace, or nothing when it is already of that dtype.
+  TypedBuffer grads_in(const TypedBuffer& grads, DType to) {
+    if (grads.dtype() == to) return {};
+    TypedBuffer out(ctx_.memory, MemCategory::kWorkspace, to, grads.size());
+    ctx_.device.bf16_to_f32(static_cast<float*>(out.data()),
+                            static_cast<const uint16_t*>(grads.data()), grads.size());
+    return out;
+  }
+
   // reshard_after_forward as a post-forward group size (_fsdp_init.py _get_post_forward_mesh_info:
   // an int divides the shard group; 1 is False, the group size True); other ints: the node.
   int post_forward_group_size() const {
@@ -234,6 +261,12 @@ class Fsdp2 final : public Strategy {
       throw std::invalid_argument("--fsdp2-reshard-after-forward " + std::to_string(k) +
                                   ": must be 1, the shard group or (fsdp2) the node's size");
     return k;
+  }
+
+  // The root stays unsharded after forward only with reshard_after_forward=None (FSDPState.
+  // _lazy_init); MiCS's per-unit schedule keeps its root whatever the FSDP2 knob says.
+  bool keep_root() const {
+    return !spec_.rows || ctx_.options.fsdp2_reshard_after_forward == kFsdp2ReshardAuto;
   }
 
   // mics_hierarchical_params_gather (MiCS_Init._hierarchical_all_gather_params): when the
@@ -335,16 +368,24 @@ class Fsdp2 final : public Strategy {
   bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
   std::vector<Group> groups_;
   std::deque<int> reducing_;
+  TypedBuffer ipg_;  // MiCS: ZeRO-3's contiguous_gradients buffer
 };
 
 }  // namespace
 
+// fsdp2 and fsdp2_hsdp; MiCS registers itself (strategies/mics.cc) and builds this per-unit
+// schedule only for --mics-schedule per-unit.
 void register_fsdp2(std::vector<StrategyEntry>& out) {
   for (const Fsdp2Spec& s : kFsdp2Specs) {
+    if (!s.rows) continue;
     out.push_back({fsdp2_description(s), [&s](StrategyContext c) -> std::unique_ptr<Strategy> {
                      return std::make_unique<Fsdp2>(std::move(c), s);
                    }});
   }
+}
+
+std::unique_ptr<Strategy> make_mics_per_unit(StrategyContext c) {
+  return std::make_unique<Fsdp2>(std::move(c), kFsdp2Specs[2]);
 }
 
 }  // namespace sb

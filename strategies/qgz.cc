@@ -58,12 +58,15 @@ void QgzReduce::wait_from_issue() {
   scales_handle_.wait();
 }
 
-void QgzReduce::finish(TypedBuffer& out) {
+void QgzReduce::finish(TypedBuffer& out, float scale) {
   codes_handle_.wait();
   scales_handle_.wait();
   const uint64_t N = uint64_t(comm_.group(GroupKind::kInter).size());
-  if (device_.holds_data()) f32_to_device(device_, dequantise_sum(inter_recv_, N, 1), out.data(),
-                                          out.dtype());
+  if (device_.holds_data()) {
+    std::vector<float> sum = dequantise_sum(inter_recv_, N, 1);
+    for (float& x : sum) x *= scale;
+    f32_to_device(device_, sum, out.data(), out.dtype());
+  }
   inter_send_ = Wire();
   inter_recv_ = Wire();
 }

@@ -12,12 +12,20 @@
 //   sums them and requantises (the same group length); all_to_all_single of codes and scales
 //   across nodes (the ranks with my local index); dequantise and sum the nodes' chunks.
 // Each rank ends with its partition of the tensor summed over the world; the optimizer divides
-// by the world as for every reduce-scatter here. (DeepSpeed divides by the number of nodes
-// only, L times the mean for L ranks per node, which Adam's update all but cancels; the suite
-// keeps the mean so the parity gate holds.) DeepSpeed sums in fp16 (__half2); here fp32. Its
-// kernels read the gradient as fp16 (pt_binding.cpp ds_swizzle_quant casts to __half*), so as
-// shipped qgZ is right for fp16 gradients only (fp16 training, which the suite does not run);
-// here fp32 and bf16 gradients are quantised from their values. A group count that does not
+// by the world as for every reduce-scatter here. DeepSpeed divides the quantised path's sum by
+// num_nodes = world // device_count() only (all_to_all_quant_reduce's final chunk mean), L times
+// the mean for L ranks per node, while the 1-D fallback (reduce_scatter_coalesced) divides by
+// the world: as shipped (QgzVariant::kShipped) finish() multiplies the sum by L, so the
+// optimizer sees L x the mean on that path and the mean on the fallback, as DeepSpeed does
+// (Adam's update all but cancels the factor; momentum mixes tensors of both paths only per
+// tensor). The suite's variant (kSuite) keeps the mean. The suite takes device_count() to be the
+// ranks per node (every GPU of a node visible to each rank, the launcher's default).
+// DeepSpeed sums in fp16 (__half2); here fp32. Its kernels read the gradient as fp16
+// (pt_binding.cpp ds_swizzle_quant casts to __half*), so as shipped qgZ needs fp16 gradients:
+// bf16 training with communication_data_type fp16 (stage3.py __avg_scatter_grads casts each
+// gradient first); the CLI refuses anything else unless the suite's variant is asked for, which
+// quantises fp32 and bf16 gradients from their values. fp16 is modelled by its size (2 bytes);
+// the values keep the bf16 rounding (the suite has no fp16 type). A group count that does not
 // divide by the world makes DeepSpeed's equal-split all_to_all_single fail; here it is rounded
 // down per partition (groups of ceil(part / groups), the last one shorter): the suite's own.
 #pragma once
@@ -53,8 +61,8 @@ class QgzReduce {
             uint64_t padded, uint64_t groups_per_part, bool overlap, const std::string& tag);
   bool done() const { return codes_handle_.done() && scales_handle_.done(); }
   // Waits for the inter-node stage; `out` (padded / world elements) then holds this rank's
-  // partition summed over the world.
-  void finish(TypedBuffer& out);
+  // partition summed over the world, times `scale` (as shipped: the ranks per node).
+  void finish(TypedBuffer& out, float scale = 1);
 
  private:
   struct Wire {  // int4 codes (two per byte) and fp32 group scales of some partitions

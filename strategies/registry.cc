@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "strategies/strategy.h"
+#include "strategies/zero3.h"
 
 namespace sb {
 
@@ -45,6 +46,7 @@ const std::vector<StrategyEntry>& strategy_registry() {
     register_zero3(r);
     register_fsdp(r);
     register_fsdp2(r);
+    register_mics(r);
     return r;
   }();
   return registry;

@@ -31,6 +31,13 @@ enum class Granularity { kBucket, kTensor, kUnit };
 enum class ZeroGradReduce { kBucketAllReduce, kReduceScatter, kReducePerOwner };
 // Named settings: DeepSpeed's defaults as shipped, or the ZeRO paper's ideal schedule.
 enum class ZeroSchedule { kShipped, kPaper };
+enum class MicsSchedule { kShipped, kPerUnit };
+enum class QgzVariant { kShipped, kSuite };
+// FSDP2's reshard_after_forward=None and =True. fully_shard (_fully_shard/_fully_shard.py)
+// records auto_reshard_after_forward = reshard_after_forward is None, and FSDPState._lazy_init
+// (_fsdp_state.py) clears the root's post_forward_mesh_info only in that case: an explicit True
+// or int reshards the root too, whose parameters are then all-gathered again in backward.
+inline constexpr int kFsdp2ReshardAuto = -1, kFsdp2ReshardTrue = -2;
 
 // Every knob a strategy may read; the CLI fills it, the JSON echoes it.
 struct StrategyOptions {
@@ -56,14 +63,25 @@ struct StrategyOptions {
   // ZeRO-3 fetch: one all-gather per fetch batch (DeepSpeed's all_gather_coalesced, as shipped)
   // or one per tensor (the paper schedule).
   bool zero3_coalesced_fetch = true;
-  // FSDP2 reshard_after_forward: -1 True (the shard group), 0 False, k >= 1 a post-forward group
-  // of k ranks (1 = False, the shard group size = True, else the node); groups prefetched ahead.
+  // FSDP2 reshard_after_forward: kFsdp2ReshardAuto (None, fully_shard's default: True except the
+  // root), kFsdp2ReshardTrue (True, the root too), 0 False, k >= 1 a post-forward group of k
+  // ranks (1 = False, the shard group size = True, else the node; the root too); groups
+  // prefetched ahead.
   int fsdp2_reshard_after_forward = -1;
   int fsdp2_prefetch = 1;
   // MiCS: ranks per partition group (0: the node) and the two-level all-gather when a partition
   // spans nodes (DeepSpeed mics_shard_size, mics_hierarchical_params_gather).
   int mics_shard_size = 0;
   bool mics_hierarchical_params_gather = false;
+  // MiCS's schedule: DeepSpeed's (mics.py swaps only ZeRO-3's all-gather: ZeRO-3's fetch,
+  // release and bucketed reduce over the partition group) or the per-unit one (FSDP2-style).
+  MicsSchedule mics_schedule = MicsSchedule::kShipped;
+  // FSDP2 MixedPrecisionPolicy.reduce_dtype (_fully_shard/_fsdp_api.py): None, the gradients'
+  // own dtype (false), or fp32 (true; torchtitan's mixed_precision_reduce default).
+  bool fsdp2_reduce_fp32 = false;
+  // ZeRO-3 contiguous_gradients (stage3.py DeepSpeedZeroOptimizer_Stage3.__init__, "# IPG"): one
+  // reduce_bucket_size buffer per communication dtype allocated up front, held all run.
+  bool zero_contiguous_gradients = true;
   // ZeRO++ on zero3 (DeepSpeed zero/config.py): hpZ, a secondary partition of each gathered
   // parameter over this many ranks (1: off; else the node), gathered in backward; qwZ, int8
   // block-quantised parameter all-gathers (strategies/zero3.cc).
@@ -72,6 +90,14 @@ struct StrategyOptions {
   // ZeRO++ qgZ: gradients reduce-scattered as a hierarchical all-to-all of int4 blocks (zero3,
   // across nodes only; strategies/qgz.h).
   bool zero_quantized_gradients = false;
+  // DeepSpeed's communication_data_type for ZeRO-3's gradient reduction: the gradients' dtype
+  // (false) or fp16 (true: stage3.py casts each gradient to it before reducing; qgZ's quantiser
+  // reads fp16, csrc/quantization/pt_binding.cpp).
+  bool zero_comm_fp16 = false;
+  // qgZ as shipped (fp16 gradients only; the quantised path's output L times the mean,
+  // coalesced_collectives.py all_to_all_quant_reduce) or the suite's variant (the gradients'
+  // own dtype quantised; the mean on every path).
+  QgzVariant zero_qgz_variant = QgzVariant::kShipped;
   AdamWConfig adamw;
   uint64_t seed = 1234;
   // PyTorch DDP as shipped (torch 1.13.1; --ddp-config): see strategies/ddp.cc.

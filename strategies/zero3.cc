@@ -27,6 +27,7 @@
 #include "strategies/qgz.h"
 #include "strategies/quantize.h"
 #include "strategies/strategy.h"
+#include "strategies/zero3.h"
 
 namespace sb {
 namespace {
@@ -43,13 +44,17 @@ StrategyDescription zero3_description() {
 
 class Zero3 final : public Strategy {
  public:
-  using Strategy::Strategy;
+  // desc.shard_group: the group each tensor is partitioned over (the world; MiCS: its
+  // partition group); desc.replicate_across_nodes: the grad partitions are then all-reduced
+  // over the replica group at the accumulation boundary (strategies/mics.cc).
+  Zero3(StrategyContext c, StrategyDescription desc)
+      : Strategy(std::move(c)), desc_(std::move(desc)), shard_(desc_.shard_group) {}
   const StrategyDescription& description() const override { return desc_; }
 
   void setup() override {
     check_hpz();
     const auto& o = ctx_.options;
-    const int n = world(), r = group_index(GroupKind::kWorld);
+    const int n = group_size(shard_), r = group_index(shard_);
     const size_t nt = ctx_.model.tensors.size();
     flats_.reserve(nt);
     for (size_t t = 0; t < nt; ++t) flats_.push_back(FlatLayout::build(ctx_.model, {int(t)}, n));
@@ -81,6 +86,12 @@ class Zero3 final : public Strategy {
     for (const ModuleVisit& v : step_visits(ctx_.model)) exec_.push_back(v.module);
     plan_releases();
     refresh_persistent();
+    // stage3.py __init__ "# IPG": with contiguous_gradients the reduce_bucket_size buffer of the
+    // communication dtype is allocated here and held for the whole run.
+    if (o.zero_contiguous_gradients)
+      ipg_ = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, o.grad_dtype(),
+                         o.bucket_elements());
+    ipg_at_.assign(nt, 0);
   }
 
   void begin_step() override {
@@ -88,7 +99,8 @@ class Zero3 final : public Strategy {
     ++passes_;
     micro_ = 0;
   }
-  void begin_micro_step(bool) override {
+  void begin_micro_step(bool sync) override {
+    sync_ = sync;
     if (micro_++ == 0) return;  // begin_step started the first one
     cursor_ = 0;
     ++passes_;
@@ -102,6 +114,7 @@ class Zero3 final : public Strategy {
     if (cursor_ + 1 == exec_.size()) release_all();  // DeepSpeed's end-of-step release
     for (int t : ctx_.model.modules[m].tensors) {
       if (ready_[t] != m) continue;
+      to_ipg(t);
       bucket_.push_back(t);
       bucket_elems_ += flats_[t].padded;
       if (bucket_elems_ >= ctx_.options.bucket_elements()) flush_bucket();
@@ -112,6 +125,7 @@ class Zero3 final : public Strategy {
     flush_bucket();
     reap_reductions(true);
     holds_sum_ = true;  // a later micro-batch of this step adds into the partitions
+    if (sync_ && desc_.replicate_across_nodes) all_reduce_replicas();
   }
 
   void optimizer_step(int step) override {
@@ -130,7 +144,7 @@ class Zero3 final : public Strategy {
     for (size_t t = 0; t < flats_.size(); ++t) {
       TypedBuffer full(ctx_.memory, MemCategory::kWorkspace, shards_[t].dtype(), flats_[t].padded);
       ctx_.comm.all_gather(shards_[t].data(), full.data(), shards_[t].size(), full.dtype(),
-                           GroupKind::kWorld);
+                           shard_);
       flat_to_full(ctx_.model, flats_[t], full.data(), full.dtype(), ctx_.device, out);
     }
     return out;
@@ -162,7 +176,7 @@ class Zero3 final : public Strategy {
   };
   struct FetchBatch {
     std::vector<int> tensors;  // sorted
-    GroupKind over = GroupKind::kWorld;
+    GroupKind over = GroupKind::kWorld;  // set per batch (gather_group)
     uint64_t block = 0;  // elements of each rank's block: the tensors' partitions back to back
     TypedBuffer flat;
     CommHandle handle;
@@ -254,7 +268,7 @@ class Zero3 final : public Strategy {
   // with a secondary partition goes over zero_param_process_group, the node) or the world.
   TypedBuffer& gather_source(int t) { return secondary_[t].empty() ? shards_[t] : secondary_[t]; }
   GroupKind gather_group(int t) const {
-    return secondary_[t].empty() ? GroupKind::kWorld : GroupKind::kIntra;
+    return secondary_[t].empty() ? shard_ : GroupKind::kIntra;
   }
 
   // _all_gather_sequential: one tensor straight into its whole buffer; with qwZ its own codes
@@ -423,6 +437,20 @@ class Zero3 final : public Strategy {
     ctx_.device.copy(secondary_[t].data(), full_[t].at(mine), secondary_[t].bytes());
   }
 
+  // __add_grad_to_ipg_bucket: a gradient that fits what is left of the IPG buffer is copied into
+  // it and its own storage freed (param.grad becomes the view); one that does not keeps its own.
+  void to_ipg(int t) {
+    const uint64_t n = flats_[t].padded;
+    if (ipg_.empty() || grad_full_[t].empty() || bucket_elems_ + n > ipg_.size()) return;
+    ctx_.device.copy(ipg_.at(bucket_elems_), grad_full_[t].data(), grad_full_[t].bytes());
+    ipg_at_[t] = bucket_elems_;
+    grad_full_[t].reset();
+  }
+  // Tensor t's full gradient, element `at` on: in its own buffer or in the IPG buffer.
+  const void* grad_of(int t, uint64_t at = 0) const {
+    return grad_full_[t].empty() ? ipg_.at(ipg_at_[t] + at) : grad_full_[t].at(at);
+  }
+
   void flush_bucket() {
     if (bucket_.empty()) return;
     if (qgz_active())
@@ -447,26 +475,32 @@ class Zero3 final : public Strategy {
     Reduction red;
     red.tensors = {t};
     red.out = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
-                          flats_[t].shard_size(world()));
+                          flats_[t].shard_size(group_size(shard_)));
     if (qgz_eligible(info, world())) {
       red.qgz = std::make_unique<QgzReduce>(
-          ctx_.comm, ctx_.device, ctx_.memory, grad_full_[t].data(), grad_full_[t].dtype(),
+          ctx_.comm, ctx_.device, ctx_.memory, grad_of(t), ctx_.options.grad_dtype(),
           flats_[t].padded, qgz_groups_per_partition(info, world()), ctx_.options.overlap,
           info.name);
       grad_full_[t].reset();
       return red;
     }
-    red.staging = std::move(grad_full_[t]);
+    if (grad_full_[t].empty()) {  // in the IPG buffer, which the next bucket reuses
+      red.staging = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers,
+                                ctx_.options.grad_dtype(), flats_[t].padded);
+      ctx_.device.copy(red.staging.data(), grad_of(t), red.staging.bytes());
+    } else {
+      red.staging = std::move(grad_full_[t]);
+    }
     // after this reduce-scatter each rank holds the summed grads of its partition of t
     red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(),
                                                            red.out.size(), red.out.dtype(),
-                                                           GroupKind::kWorld, info.name));
+                                                           shard_, info.name));
     return red;
   }
 
   // One reduce-scatter of the bucket, staged as N blocks (block q = every tensor's partition q).
   Reduction bucket_reduction() {
-    const int n = world();
+    const int n = group_size(shard_);
     uint64_t block = 0;
     for (int t : bucket_) block += flats_[t].shard_size(n);
     Reduction red;
@@ -479,14 +513,14 @@ class Zero3 final : public Strategy {
       uint64_t at = uint64_t(q) * block;
       for (int t : bucket_) {
         const uint64_t part = flats_[t].shard_size(n);
-        ctx_.device.copy(red.staging.at(at), grad_full_[t].at(q * part), part * eb);
+        ctx_.device.copy(red.staging.at(at), grad_of(t, q * part), part * eb);
         at += part;
       }
     }
     for (int t : bucket_) grad_full_[t].reset();
     // after this reduce-scatter each rank holds the summed grads of its partitions
     red.handle = maybe_wait(ctx_.comm.reduce_scatter_async(red.staging.data(), red.out.data(), block,
-                                                           red.out.dtype(), GroupKind::kWorld,
+                                                           red.out.dtype(), shard_,
                                                            "grad_bucket"));
     return red;
   }
@@ -495,8 +529,10 @@ class Zero3 final : public Strategy {
   void reap_reductions(bool all) {
     while (!reductions_.empty() && (all || reductions_.front().done())) {
       Reduction& red = reductions_.front();
-      if (red.qgz)
-        red.qgz->finish(red.out);
+      if (red.qgz)  // as shipped: L x the sum (all_to_all_quant_reduce's / num_nodes)
+        red.qgz->finish(red.out, ctx_.options.zero_qgz_variant == QgzVariant::kShipped
+                                     ? float(group_size(GroupKind::kIntra))
+                                     : 1.0f);
       else
         red.handle.wait();
       uint64_t at = 0;
@@ -519,17 +555,43 @@ class Zero3 final : public Strategy {
       if (!persistent_[t]) continue;
       // after this all-gather every rank holds the updated persistent tensor whole
       hs.push_back(ctx_.comm.all_gather_async(shards_[t].data(), full_[t].data(), shards_[t].size(),
-                                              shards_[t].dtype(), GroupKind::kWorld,
+                                              shards_[t].dtype(), shard_,
                                               ctx_.model.tensors[t].name));
     }
     for (auto& h : hs) h.wait();
   }
 
 
-  StrategyDescription desc_ = zero3_description();
+  // MiCS_Optimizer.allreduce_mics_shard_grads (mics.py): at the accumulation boundary every
+  // grad partition is all-reduced over the replica group, one all_reduce_coalesced (flattened).
+  void all_reduce_replicas() {
+    if (group_size(GroupKind::kReplica) < 2) return;
+    uint64_t n = 0;
+    for (const TypedBuffer& g : grad_shards_) n += g.size();
+    const DType dt = ctx_.options.grad_dtype();
+    TypedBuffer flat(ctx_.memory, MemCategory::kCommBuffers, dt, n);
+    uint64_t at = 0;
+    for (const TypedBuffer& g : grad_shards_) {
+      ctx_.device.copy(flat.at(at), g.data(), g.bytes());
+      at += g.size();
+    }
+    // after this all-reduce every partition also sums the other replicas' gradients
+    ctx_.comm.all_reduce(flat.data(), n, dt, GroupKind::kReplica, "replica_grads");
+    at = 0;
+    for (TypedBuffer& g : grad_shards_) {
+      ctx_.device.copy(g.data(), flat.at(at), g.bytes());
+      at += g.size();
+    }
+  }
+
+  StrategyDescription desc_;
+  GroupKind shard_ = GroupKind::kWorld;
+  bool sync_ = true;  // this micro-batch ends the accumulation
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<FlatLayout> flats_;
   std::vector<TypedBuffer> shards_, grad_shards_, full_, grad_full_, secondary_;
+  TypedBuffer ipg_;               // contiguous_gradients' IPG buffer (empty: off)
+  std::vector<uint64_t> ipg_at_;  // per tensor: where its gradient sits in it
   std::vector<Quantized> quant_;
   std::vector<CommHandle> gather_;
   std::vector<std::shared_ptr<FetchBatch>> batch_of_;  // per tensor: the batch it arrives in
@@ -550,8 +612,12 @@ class Zero3 final : public Strategy {
 
 void register_zero3(std::vector<StrategyEntry>& out) {
   out.push_back({zero3_description(), [](StrategyContext c) -> std::unique_ptr<Strategy> {
-                   return std::make_unique<Zero3>(std::move(c));
+                   return std::make_unique<Zero3>(std::move(c), zero3_description());
                  }});
+}
+
+std::unique_ptr<Strategy> make_zero3(StrategyContext c, StrategyDescription d) {
+  return std::make_unique<Zero3>(std::move(c), std::move(d));
 }
 
 }  // namespace sb

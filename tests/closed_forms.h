@@ -174,9 +174,17 @@ inline double leaving_hops(double N, double G, double n, double rings, double st
 // - FSDP2 moves what FULL_SHARD moves (one all-gather of the group in forward, again in backward
 //   except the root; one reduce-scatter per group) over its per-parameter Ψ_pad; fsdp2_hsdp as
 //   HYBRID. reshard_after_forward=False (0) gathers once, like SHARD_GRAD_OP. An int k (the node,
-//   k = G) keeps a 1/k share after forward, so the backward all-gather of the non-root groups is
-//   a ring over the node: (G-1)/G·(Ψ_pad − Ψ_root)·b_p per rank, every hop intra, while the
-//   forward gather and the reduce-scatter stay world rings of (N-1)/N·Ψ_pad·b.
+//   k = G) keeps a 1/k share after forward, so the backward all-gather of every group is a ring
+//   over the node: (G-1)/G·Ψ_pad·b_p per rank, every hop intra, while the forward gather and the
+//   reduce-scatter stay world rings of (N-1)/N·Ψ_pad·b. The root is kept unsharded (gathered
+//   once) only with reshard_after_forward=None, the default (fully_shard's
+//   auto_reshard_after_forward; FSDPState._lazy_init): an explicit True gathers it again in
+//   backward, 2Ψ_pad in place of 2Ψ_pad − Ψ_root, and an int reshards it to the node as well.
+//
+// FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (torchtitan's default):
+//   foreach_reduce casts the unsharded grads to fp32 before the reduce-scatter, so b_g = 4 in
+//   the reduce-scatter (and HSDP's all-reduce) term: twice the bf16 bytes; the sharded grads
+//   stay fp32 (4·Ψ_pad/S of model state) while the gathers still move b_p = 2.
 //
 // MiCS, partitions of P consecutive ranks (R = N/P replicas, per-tensor flat padding to P): the
 // FULL_SHARD volume over each partition ring, (P-1)/P·((2Ψ_pad − Ψ_root)·b_p + Ψ_pad·b_g) per
@@ -210,6 +218,23 @@ inline Bytes mics_bytes(const ModelLayout& l, double bp, double bg, double N, do
   return b;
 }
 
+// MiCS as DeepSpeed ships it (mics.py: ZeRO-3's coordinator, only the all-gather swapped to the
+// partition group of P consecutive ranks; MiCS_Optimizer.allreduce_mics_shard_grads): ZeRO-3's
+// shipped volume over each partition ring (each tensor padded to P, gathered once per step while
+// the reuse distance covers the trace, recompute included; persistent ones refreshed once after
+// the step; its gradient reduce-scattered once), (P-1)/P·Σ_t ψ_t,pad·(b_p + b_g) per rank, plus
+// one all-reduce of the Σ_t ψ_t,pad/P gradient partitions over the R = N/P replicas,
+// 2(R-1)/R·Σ_t ψ_t,pad/P·b_g per rank. Hop classes as for the per-unit form above.
+inline Bytes mics_shipped_bytes(const ModelLayout& l, double bp, double bg, double N, double G,
+                                double P) {
+  double pad = 0;
+  for (const auto& t : l.tensors) pad += double(round_up(t.numel, uint64_t(P)));
+  const double R = N / P;
+  const double part_out = leaving_hops(N, G, P, R, 1, P), repl_out = leaving_hops(N, G, R, P, P, 1);
+  const double part = (P - 1) / P * pad * (bp + bg), ar = 2 * (R - 1) / R * pad / P * bg;
+  return {(N - part_out) * part + (N - repl_out) * ar, part_out * part + repl_out * ar};
+}
+
 // ZeRO-3's persistent tensors (DeepSpeed parameter_offload.py mark_persistent_parameters): in
 // parameter order, numel <= persist unless it would take the persisted total past model_persist.
 inline std::vector<bool> zero3_persistent(const ModelLayout& l, uint64_t persist,
@@ -232,8 +257,12 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
                             int fsdp2_reshard_after_forward = -1, double P = 0,
                             bool hierarchical = false,
                             bool ddp_bf16_params = false,
-                            uint64_t model_persist = UINT64_MAX) {
-  const double M = N / G, bp = param_bytes(precision), bg = bp;
+                            uint64_t model_persist = UINT64_MAX,
+                            bool fsdp2_reduce_fp32 = false,
+                            MicsSchedule mics = MicsSchedule::kShipped) {
+  const double M = N / G, bp = param_bytes(precision);
+  const bool fsdp2_rows = s == "fsdp2" || s == "fsdp2_hsdp";
+  const double bg = fsdp2_rows && fsdp2_reduce_fp32 ? 4 : bp;  // FSDP2's reduce_dtype
   auto world_ring = [&](double per_rank) {
     const double inter_hops = M > 1 ? M : 0;
     return Bytes{(N - inter_hops) * per_rank, inter_hops * per_rank};
@@ -271,6 +300,11 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
     }
     return world_ring((N - 1) / N * sum);
   }
+  if (s == "mics" && mics == MicsSchedule::kShipped) {
+    if (reuse_distance < 2 * l.num_params() + l.num_params() || hierarchical)
+      throw std::invalid_argument("no closed form: MiCS shipped with reuse or hierarchy");
+    return mics_shipped_bytes(l, bp, bg, N, G, P > 0 ? P : G);
+  }
   if (s == "mics") return mics_bytes(l, bp, bg, N, G, P > 0 ? P : G, hierarchical);
   const bool fsdp2 = s.rfind("fsdp2", 0) == 0;
   const bool hybrid = s.find("hybrid") != std::string::npos || s == "fsdp2_hsdp";
@@ -279,12 +313,14 @@ inline Bytes expected_bytes(const std::string& s, const ModelLayout& l, Precisio
   const bool full = s == "fsdp_full_shard" || s == "fsdp_hybrid_shard" ||
                     (fsdp2 && (k < 0 || double(k) == S));
   const auto [pad, root] = fsdp2 ? fsdp2_padded(l, uint64_t(S)) : fsdp_padded(l, uint64_t(S));
+  // the root is gathered once per step, unless FSDP2 was given True or an int explicitly
+  const double kept = !fsdp2 || k == kFsdp2ReshardAuto ? double(root) : 0;
   if (fsdp2 && k > 1 && double(k) < S) {  // fsdp2 resharding to the node after forward
     const Bytes world = world_ring((N - 1) / N * double(pad) * (bp + bg));
-    const double node = N * (G - 1) / G * double(pad - root) * bp;
+    const double node = N * (G - 1) / G * (double(pad) - kept) * bp;
     return {world.intra + node, world.inter};
   }
-  const double gathered = full ? 2.0 * double(pad) - double(root) : double(pad);
+  const double gathered = full ? 2.0 * double(pad) - kept : double(pad);
   const double shard_group = (S - 1) / S * (gathered * bp + double(pad) * bg);
   if (!hybrid) return world_ring(shard_group);
   return {N * shard_group, 2 * (M - 1) * double(pad) * bg};
@@ -450,8 +486,11 @@ inline ModelState expected_state(const std::string& s, const ModelLayout& l, Pre
                                  uint64_t persist_elements, uint64_t N, uint64_t G,
                                  uint64_t P = 0,
                                  bool ddp_bf16_params = false,
-                                 uint64_t model_persist = UINT64_MAX) {
-  const uint64_t bp = uint64_t(param_bytes(precision)), bg = bp;
+                                 uint64_t model_persist = UINT64_MAX,
+                                 bool fsdp2_reduce_fp32 = false) {
+  const uint64_t bp = uint64_t(param_bytes(precision));
+  const bool fsdp2_rows = s == "fsdp2" || s == "fsdp2_hsdp";
+  const uint64_t bg = fsdp2_rows && fsdp2_reduce_fp32 ? 4 : bp;  // the fp32 sharded grads
   const uint64_t K = precision == Precision::kFp32 ? 8 : 12;
   const uint64_t psi = l.num_params(), psi_n = round_up(psi, N);
   if (s == "ddp") {

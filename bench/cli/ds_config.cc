@@ -19,7 +19,7 @@ using nlohmann::json;
 
 // zero_optimization keys that change nothing the suite models (listed as ignored in the result).
 const std::set<std::string> kZeroIgnored = {
-    "contiguous_gradients", "allgather_bucket_size", "load_from_fp32_weights",
+    "allgather_bucket_size", "load_from_fp32_weights",
     "sub_group_size",
     "round_robin_gradients", "stage3_gather_16bit_weights_on_model_save", "elastic_checkpoint",
     "ignore_unused_parameters", "memory_efficient_linear"};
@@ -74,6 +74,7 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
   o.max_live_elements = 1'000'000'000;                  // stage3_max_live_parameters
   o.model_persist_elements = 9'223'372'036'854'775'807ULL;  // sys.maxsize
   o.zero3_coalesced_fetch = true;
+  o.zero_contiguous_gradients = true;  // stage 3's IPG buffer (stage_1_and_2.py's not modelled)
   o.overlap = d.stage == 3;
   bool reduce_scatter = true;
   for (const auto& [k, v] : z.items()) {
@@ -105,6 +106,9 @@ void apply_zero(const json& z, const std::string& path, DsConfig& d) {
       o.zero_hpz_partition_size = int(std::clamp<uint64_t>(get_count(v, key, path), 1, 1 << 20));
     } else if (k == "zero_quantized_weights") {
       o.zero_quantized_weights = get<bool>(v, key, path, "true|false");
+    } else if (k == "contiguous_gradients") {  // modelled for stage 3's IPG buffer only
+      o.zero_contiguous_gradients = get<bool>(v, key, path, "true|false");
+      if (d.stage != 3) ignored.push_back(key);
     } else if (k == "zero_quantized_gradients") {
       o.zero_quantized_gradients = get<bool>(v, key, path, "true|false");
     } else if (k == "allgather_partitions") {
@@ -129,11 +133,16 @@ void apply_top_level(const json& top, const std::string& path, DsConfig& d) {
   for (const auto& [k, v] : top.items()) {
     if (k == "zero_optimization" || k == "bf16" || k == "fp16") continue;
     if (k == "communication_data_type") {
-      // The suite reduces in the gradient dtype; DeepSpeed's default is that dtype too.
+      // The suite reduces in the gradient dtype, DeepSpeed's default; under bf16 also fp16
+      // (stage3.py __avg_scatter_grads casts each gradient to it: the same 2 bytes on the wire,
+      // and what qgZ's quantiser reads).
       const std::string want = o.precision == Precision::kFp32 ? "fp32" : "bf16";
-      if (get<std::string>(v, k, path, "a string") != want)
-        fail(path, k, fmt::format("{} is not supported with this precision; allowed: {}",
-                                  v.dump(), want));
+      const std::string got = get<std::string>(v, k, path, "a string");
+      o.zero_comm_fp16 = got == "fp16" && o.precision == Precision::kBf16Mixed;
+      if (got != want && !o.zero_comm_fp16)
+        fail(path, k, fmt::format("{} is not supported with this precision; allowed: {}{}",
+                                  v.dump(), want,
+                                  o.precision == Precision::kFp32 ? "" : " or fp16"));
     } else if (k == "gradient_accumulation_steps") {  // micro-batches per step: --grad-accum
       const uint64_t steps = get_count(v, k, path);
       if (steps < 1 || steps > 4096) fail(path, k, fmt::format("{}: allowed 1..4096", v.dump()));

@@ -40,8 +40,12 @@ std::string strategy_of(const JsonConfigFile& f, const json& v) {
 }
 
 // MixedPrecision(param_dtype, reduce_dtype, buffer_dtype, keep_low_precision_grads). A missing
-// reduce_dtype reduces in param_dtype; the suite models param = reduce = fp32 or bf16.
-Precision precision_of(const JsonConfigFile& f, const json& mp, std::vector<std::string>& ignored) {
+// reduce_dtype reduces in param_dtype; the suite models param = reduce = fp32 or bf16, and
+// (FSDP2's MixedPrecisionPolicy, torchtitan's default) param bf16 with reduce fp32, for the
+// fsdp2 strategies (run_options.cc refuses it for fsdp_*).
+Precision precision_of(const JsonConfigFile& f, const json& mp, std::vector<std::string>& ignored,
+                       bool& reduce_fp32) {
+  reduce_fp32 = false;
   if (mp.is_null()) return Precision::kFp32;
   if (!mp.is_object()) f.bad_value("mixed_precision", mp, "null or an object of dtypes");
   const std::vector<std::string> dtypes = {"float32", "bfloat16"};
@@ -61,10 +65,11 @@ Precision precision_of(const JsonConfigFile& f, const json& mp, std::vector<std:
   }
   if (param.empty()) param = "float32";
   if (reduce.empty()) reduce = param;
-  if (reduce != param)
+  reduce_fp32 = reduce == "float32";
+  if (reduce != param && param != "bfloat16")
     f.fail(fmt::format("key mixed_precision.reduce_dtype: \"{}\": not supported with "
-                       "param_dtype \"{}\"; allowed the same dtype (the suite reduces in the "
-                       "parameter dtype)", reduce, param));
+                       "param_dtype \"{}\"; allowed the same dtype (bfloat16 parameters may "
+                       "also reduce in float32)", reduce, param));
   return param == "bfloat16" ? Precision::kBf16Mixed : Precision::kFp32;
 }
 
@@ -93,7 +98,7 @@ void read_fsdp_config(const std::string& path, StrategyOptions& o) {
     } else if (key == "use_orig_params") {
       o.fsdp_use_orig_params = f.boolean(v, key);
     } else if (key == "mixed_precision") {
-      o.precision = precision_of(f, v, o.fsdp_config.ignored);
+      o.precision = precision_of(f, v, o.fsdp_config.ignored, o.fsdp2_reduce_fp32);
     } else if (key == "cpu_offload") {  // CPUOffload(offload_params=False) changes nothing
       if (!v.is_null() && v != json{{"offload_params", false}})
         f.bad_value(key, v, "null or {\"offload_params\": false} (no CPU offload modelled)");

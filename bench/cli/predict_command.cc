@@ -42,13 +42,18 @@ struct PredictArgs {
   std::string backward_prefetch = "pre";
   bool forward_prefetch = false;
   std::string overlap = "on";
-  int fsdp2_reshard_after_forward = -1;  // -1 true, 0 false, K
+  int fsdp2_reshard_after_forward = -1;  // -1 auto, -2 true, 0 false, K
   int fsdp2_prefetch = 1;
+  std::string fsdp2_reduce_dtype = "auto";  // auto | fp32
   int mics_shard_size = 0;
   bool mics_hierarchical = false;
+  std::string mics_schedule = "shipped";  // shipped | per-unit
   int zero_hpz_partition_size = 1;
   bool zero_quantized_weights = false;
   bool zero_quantized_gradients = false;
+  std::string zero_contiguous_gradients = "on";
+  std::string zero_communication_data_type = "auto";  // auto | fp16
+  std::string zero_qgz_variant = "shipped";          // shipped | suite
   double mem_limit_gb = 0;
   bool untied_head = false;
   std::string attention = "fused";
@@ -141,14 +146,24 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
   o.fsdp2_reshard_after_forward = a.fsdp2_reshard_after_forward;
   o.fsdp2_prefetch = a.fsdp2_prefetch;
+  o.fsdp2_reduce_fp32 = a.fsdp2_reduce_dtype == "fp32";
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical;
+  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
+  require(!a.mics_hierarchical || o.mics_schedule == MicsSchedule::kPerUnit,
+          "--mics-hierarchical-params-gather", "only with --mics-schedule per-unit");
   require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
           "1..4096");
   o.grad_accum = a.grad_accum;
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights;
   o.zero_quantized_gradients = a.zero_quantized_gradients;
+  o.zero_contiguous_gradients = a.zero_contiguous_gradients == "on";
+  require(a.zero_communication_data_type == "auto" || o.precision == Precision::kBf16Mixed,
+          "--zero-communication-data-type " + a.zero_communication_data_type,
+          "auto with fp32 (fp16 reductions of fp32 training are not modelled)");
+  o.zero_comm_fp16 = a.zero_communication_data_type == "fp16";
+  o.zero_qgz_variant = a.zero_qgz_variant == "suite" ? QgzVariant::kSuite : QgzVariant::kShipped;
   require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
           fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
           fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
@@ -375,14 +390,23 @@ void add_predict_command(CLI::App& app) {
   p->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
   p->add_option("--overlap", a.overlap, "on | off")->capture_default_str();
   p->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
-                "FSDP2: -1 true, 0 false, K the post-forward group (the node)")
-      ->check(CLI::Range(-1, 1 << 20))
+                "FSDP2: -1 auto (None: the root kept), -2 true (the root too), 0 false, K the "
+                "post-forward group (the node)")
+      ->check(CLI::Range(-2, 1 << 20))
+      ->capture_default_str();
+  p->add_option("--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype,
+                "FSDP2 reduce_dtype: auto (the gradients' dtype) | fp32")
+      ->check(CLI::IsMember({"auto", "fp32"}))
       ->capture_default_str();
   p->add_option("--fsdp2-prefetch", a.fsdp2_prefetch, "FSDP2 groups gathered ahead")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   p->add_option("--mics-shard-size", a.mics_shard_size, "MiCS partition (0: the node)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  p->add_option("--mics-schedule", a.mics_schedule,
+                "MiCS: shipped (ZeRO-3's coordinator over the partition) | per-unit")
+      ->check(CLI::IsMember({"shipped", "per-unit"}))
       ->capture_default_str();
   p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
               "MiCS two-level all-gather (a partition of whole nodes)");
@@ -394,6 +418,18 @@ void add_predict_command(CLI::App& app) {
               "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
   p->add_flag("--zero-quantized-gradients", a.zero_quantized_gradients,
               "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all");
+  p->add_option("--zero-contiguous-gradients", a.zero_contiguous_gradients,
+                "DeepSpeed contiguous_gradients (zero3, mics): the IPG buffer held: on | off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  p->add_option("--zero-communication-data-type", a.zero_communication_data_type,
+                "DeepSpeed communication_data_type (zero3): auto | fp16 (bf16-mixed only)")
+      ->check(CLI::IsMember({"auto", "fp16"}))
+      ->capture_default_str();
+  p->add_option("--zero-qgz-variant", a.zero_qgz_variant,
+                "qgZ: shipped (fp16 gradients only; L x the mean on the quantised path) | suite")
+      ->check(CLI::IsMember({"shipped", "suite"}))
+      ->capture_default_str();
   p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
       ->capture_default_str();
   p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");
@@ -419,6 +455,7 @@ static int predict_all(const PredictArgs& a) {
   }
   PredictConfig cfg = to_config(a, cl);
   const std::vector<std::string> names = apply_ds_config(a, cfg);
+  check_qgz_contract(cfg.options);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
   if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
   if (a.fit) return run_fit(cfg, cl, names, a);

@@ -26,10 +26,13 @@ const std::vector<std::pair<const char*, json>>& knob_defaults() {
       {"device", "cpu"},           {"zero_grad_reduce", "bucket_all_reduce"},
       {"reuse_distance", 1000000000}, {"grad_accum", 1},        {"fsdp_no_sync", true},
       {"fsdp2_reshard_after_forward", true}, {"fsdp2_prefetch", 1}, {"mics_shard_size", 0},
+      {"fsdp2_reshard_root", false}, {"fsdp2_reduce_dtype", "auto"},
       {"mics_hierarchical_params_gather", false}, {"fsdp_use_orig_params", false},
       {"max_live_elements", 1000000000}, {"model_persist_elements", 9223372036854775807LL},
       {"zero3_fetch", "coalesced"}, {"zero_hpz_partition_size", 1},
-      {"zero_quantized_weights", false}, {"zero_quantized_gradients", false}};
+      {"zero_quantized_weights", false}, {"zero_quantized_gradients", false},
+      {"zero_contiguous_gradients", true}, {"zero_communication_data_type", "auto"},
+      {"zero_qgz_variant", "shipped"}, {"mics_schedule", "shipped"}};
   return k;
 }
 

@@ -74,13 +74,26 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--ds-config", a.ds_config,
                   "DeepSpeed config JSON: configures zero1/2/3 as DeepSpeed would");
   app->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
-                  "FSDP2 reshard_after_forward: true | false | K (ranks to reshard to: the node)")
+                  "FSDP2 reshard_after_forward: auto (None: every group but the root) | true (the "
+                  "root too) | false | K (ranks to reshard to: the node; the root too)")
+      ->capture_default_str();
+  app->add_option("--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype,
+                  "FSDP2 MixedPrecisionPolicy.reduce_dtype: auto (None: the gradients' dtype) | "
+                  "fp32 (reduce-scatter and sharded grads in fp32)")
+      ->capture_default_str();
+  app->add_option("--fsdp2-mixed-precision", a.fsdp2_mixed_precision,
+                  "FSDP2 preset: none | torchtitan (param_dtype bf16, reduce_dtype fp32: "
+                  "implies --precision bf16-mixed --fsdp2-reduce-dtype fp32)")
       ->capture_default_str();
   app->add_option("--fsdp2-prefetch", a.fsdp2_prefetch,
                   "FSDP2 groups all-gathered ahead in forward and backward (1 = implicit)")
       ->capture_default_str();
   app->add_option("--mics-shard-size", a.mics_shard_size,
                   "MiCS ranks per partition group; must divide the world (0 = ranks per node)")
+      ->capture_default_str();
+  app->add_option("--mics-schedule", a.mics_schedule,
+                  "MiCS: shipped (ZeRO-3's fetch, release and bucketed reduce over the partition, "
+                  "one replica all-reduce per step) | per-unit (FSDP2-style units)")
       ->capture_default_str();
   app->add_option("--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
                   "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
@@ -96,6 +109,18 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--zero-quantized-gradients", a.zero_quantized_gradients,
                   "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all (inside "
                   "the node, then across nodes; one node: the reduce-scatter): on | off")
+      ->capture_default_str();
+  app->add_option("--zero-contiguous-gradients", a.zero_contiguous_gradients,
+                  "DeepSpeed contiguous_gradients (zero3, mics): the reduce_bucket_size IPG "
+                  "buffer (--bucket-mb) allocated up front and held: on | off")
+      ->capture_default_str();
+  app->add_option("--zero-communication-data-type", a.zero_communication_data_type,
+                  "DeepSpeed communication_data_type (zero3): auto (the gradients' dtype) | fp16 "
+                  "(bf16-mixed only: what qgZ's quantiser reads)")
+      ->capture_default_str();
+  app->add_option("--zero-qgz-variant", a.zero_qgz_variant,
+                  "qgZ: shipped (fp16 gradients only; L x the mean on the quantised path) | "
+                  "suite (any dtype quantised; the mean everywhere)")
       ->capture_default_str();
   app->add_option("--grad-accum", a.grad_accum,
                   "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
@@ -208,6 +233,20 @@ template <class T>
 void require(bool ok, const char* flag, const T& value, const char* allowed) {
   if (!ok) throw UsageError(fmt::format("{} {}: allowed {}", flag, value, allowed));
 }
+// FSDP2's MixedPrecisionPolicy from --fsdp2-reduce-dtype and the --fsdp2-mixed-precision preset
+// (torchtitan: TrainingConfig.mixed_precision_param bfloat16, mixed_precision_reduce float32,
+// torchtitan/config/configs.py; applied by torchtitan/distributed/fsdp.py apply_fsdp_to_decoder).
+void apply_fsdp2_mixed_precision(const RunArgs& a, StrategyOptions& o) {
+  require(a.fsdp2_reduce_dtype == "auto" || a.fsdp2_reduce_dtype == "fp32",
+          "--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype, "auto|fp32");
+  require(a.fsdp2_mixed_precision == "none" || a.fsdp2_mixed_precision == "torchtitan",
+          "--fsdp2-mixed-precision", a.fsdp2_mixed_precision, "none|torchtitan");
+  o.fsdp2_reduce_fp32 = a.fsdp2_reduce_dtype == "fp32";
+  if (a.fsdp2_mixed_precision != "torchtitan") return;
+  o.precision = Precision::kBf16Mixed;
+  o.fsdp2_reduce_fp32 = true;
+}
+
 }  // namespace
 
 RunConfig to_run_config(const RunArgs& a) {
@@ -283,8 +322,8 @@ RunConfig to_run_config(const RunArgs& a) {
   const bool raf_int = !raf.empty() && raf.size() < 6 &&
                        raf.find_first_not_of("0123456789") == std::string::npos &&
                        std::stoi(raf) >= 1;
-  require(raf == "true" || raf == "false" || raf_int, "--fsdp2-reshard-after-forward", raf,
-          "true|false|K with K >= 1");
+  require(raf == "auto" || raf == "true" || raf == "false" || raf_int,
+          "--fsdp2-reshard-after-forward", raf, "auto|true|false|K with K >= 1");
   require(a.fsdp2_prefetch >= 0 && a.fsdp2_prefetch <= 64, "--fsdp2-prefetch", a.fsdp2_prefetch,
           "0..64");
   require(a.mics_shard_size >= 0, "--mics-shard-size", a.mics_shard_size, ">= 0");
@@ -347,7 +386,10 @@ RunConfig to_run_config(const RunArgs& a) {
   o.persist_elements = a.persist_elements;
   o.max_live_elements = a.max_live_elements;
   o.model_persist_elements = a.model_persist_elements;
-  o.fsdp2_reshard_after_forward = raf == "true" ? -1 : raf == "false" ? 0 : std::stoi(raf);
+  o.fsdp2_reshard_after_forward = raf == "auto"    ? kFsdp2ReshardAuto
+                                  : raf == "true"  ? kFsdp2ReshardTrue
+                                  : raf == "false" ? 0
+                                                   : std::stoi(raf);
   o.fsdp2_prefetch = a.fsdp2_prefetch;
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
@@ -357,16 +399,43 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.fsdp_use_orig_params == "on" || a.fsdp_use_orig_params == "off",
           "--fsdp-use-orig-params", a.fsdp_use_orig_params, "on|off");
   o.fsdp_use_orig_params = a.fsdp_use_orig_params == "on";
+  apply_fsdp2_mixed_precision(a, o);
   if (!a.fsdp_config.empty()) {  // the file's FSDP defaults replace the flags'
     read_fsdp_config(a.fsdp_config, o);
     if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
       fsdp_config_strategies(o.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
+    if (o.fsdp2_reduce_fp32 && o.precision == Precision::kBf16Mixed)
+      for (const std::string& s : a.strategies == "all" ? strategy_names()
+                                                        : parse_strategy_list(a.strategies))
+        if (s.rfind("fsdp_", 0) == 0)
+          throw UsageError(fmt::format(
+              "--fsdp-config {}: mixed_precision.reduce_dtype float32 with param_dtype bfloat16 "
+              "is modelled for fsdp2 and fsdp2_hsdp only; allowed: --strategies fsdp2,fsdp2_hsdp",
+              a.fsdp_config));
   }
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
+  require(a.mics_schedule == "shipped" || a.mics_schedule == "per-unit", "--mics-schedule",
+          a.mics_schedule, "shipped|per-unit");
+  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
+  require(!o.mics_hierarchical_params_gather || o.mics_schedule == MicsSchedule::kPerUnit,
+          "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
+          "on only with --mics-schedule per-unit");
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
   o.zero_quantized_weights = a.zero_quantized_weights == "on";
   o.zero_quantized_gradients = a.zero_quantized_gradients == "on";
+  require(a.zero_contiguous_gradients == "on" || a.zero_contiguous_gradients == "off",
+          "--zero-contiguous-gradients", a.zero_contiguous_gradients, "on|off");
+  o.zero_contiguous_gradients = a.zero_contiguous_gradients == "on";
+  require(a.zero_communication_data_type == "auto" || a.zero_communication_data_type == "fp16",
+          "--zero-communication-data-type", a.zero_communication_data_type, "auto|fp16");
+  require(a.zero_communication_data_type == "auto" || o.precision == Precision::kBf16Mixed,
+          "--zero-communication-data-type", a.zero_communication_data_type,
+          "auto with fp32 (fp16 reductions of fp32 training are not modelled)");
+  o.zero_comm_fp16 = a.zero_communication_data_type == "fp16";
+  require(a.zero_qgz_variant == "shipped" || a.zero_qgz_variant == "suite", "--zero-qgz-variant",
+          a.zero_qgz_variant, "shipped|suite");
+  o.zero_qgz_variant = a.zero_qgz_variant == "suite" ? QgzVariant::kSuite : QgzVariant::kShipped;
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
   if (a.np > 0 && a.hosts.empty())
     check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
@@ -375,7 +444,10 @@ RunConfig to_run_config(const RunArgs& a) {
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
                       o);
   apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
-  if (a.ds_config.empty()) return c;
+  if (a.ds_config.empty()) {
+    check_qgz_contract(o);
+    return c;
+  }
   require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
           "shipped with --ds-config (the file configures DeepSpeed as shipped)");
   const DsConfig d = read_ds_config(a.ds_config, c);
@@ -387,6 +459,7 @@ RunConfig to_run_config(const RunArgs& a) {
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
     check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
+  check_qgz_contract(d.applied.options);
   return d.applied;
 }
 
@@ -403,6 +476,18 @@ void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_
     throw UsageError(flag + ": not with --ds-config; allowed: the file's "
                             "zero_optimization.use_multi_rank_bucket_allreduce false");
   o.zero_grad_reduce = ZeroGradReduce::kReducePerOwner;
+}
+
+void check_qgz_contract(const StrategyOptions& o) {
+  if (!o.zero_quantized_gradients || o.zero_qgz_variant == QgzVariant::kSuite) return;
+  if (o.precision == Precision::kBf16Mixed && o.zero_comm_fp16) return;
+  throw UsageError(fmt::format(
+      "zero_quantized_gradients on {} gradients: DeepSpeed's quantiser reads fp16 "
+      "(csrc/quantization/pt_binding.cpp), so qgZ is right only for bf16 training with "
+      "communication_data_type fp16 (stage3.py casts the gradients first); allowed: "
+      "--precision bf16-mixed with --zero-communication-data-type fp16 (or the --ds-config key), "
+      "or --zero-qgz-variant suite to quantise the gradients' own dtype",
+      o.precision == Precision::kFp32 ? "fp32" : "bf16"));
 }
 
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node) {

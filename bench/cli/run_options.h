@@ -40,13 +40,19 @@ struct RunArgs {
   std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
   std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
   std::string zero_bucket_reduce = "all_reduce";  // use_multi_rank_bucket_allreduce true|false
-  std::string fsdp2_reshard_after_forward = "true";  // true | false | K
+  std::string fsdp2_reshard_after_forward = "auto";  // auto | true | false | K
   int fsdp2_prefetch = 1;
+  std::string fsdp2_reduce_dtype = "auto";      // auto (None: the grads' dtype) | fp32
+  std::string fsdp2_mixed_precision = "none";   // none | torchtitan (bf16 params, fp32 reduce)
   int mics_shard_size = 0;  // 0: ranks per node
   std::string mics_hierarchical_params_gather = "off";
+  std::string mics_schedule = "shipped";  // shipped (ZeRO-3's coordinator) | per-unit
   int zero_hpz_partition_size = 1;            // ZeRO++ hpZ (zero3): 1 off, else ranks per node
   std::string zero_quantized_weights = "off";  // ZeRO++ qwZ (zero3): on | off
   std::string zero_quantized_gradients = "off";  // ZeRO++ qgZ (zero3): on | off
+  std::string zero_contiguous_gradients = "on";  // ZeRO-3's IPG buffer: on | off
+  std::string zero_communication_data_type = "auto";  // auto (the grads') | fp16 (bf16 runs)
+  std::string zero_qgz_variant = "shipped";          // shipped | suite
   std::string device = "cpu";
   int grad_accum = 1;      // --grad-accum K
   std::string fsdp_no_sync = "on";
@@ -88,6 +94,9 @@ RunConfig to_run_config(const RunArgs& a);  // throws UsageError
 // The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
 // integer reshard_after_forward and MiCS's partition. Throws UsageError.
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);
+// qgZ as shipped reads fp16 gradients: zero_quantized_gradients needs bf16 training with
+// communication_data_type fp16 unless the suite's variant is asked for. Throws UsageError.
+void check_qgz_contract(const StrategyOptions& o);
 // --zero-bucket-reduce all_reduce|reduce_per_owner (DeepSpeed's use_multi_rank_bucket_allreduce
 // true|false) over --zero-schedule shipped; throws UsageError naming the flag otherwise.
 void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_schedule,

@@ -85,6 +85,15 @@ const char* zero_grad_reduce_name(ZeroGradReduce r) {
   return "?";
 }
 
+// fully_shard's reshard_after_forward: true (None or True), false or K; whether the root is
+// resharded too (an explicit True or K) is fsdp2_reshard_root, so files from before it (which
+// always kept the root) read the same.
+json fsdp2_reshard_json(int k) {
+  if (k < 0) return true;
+  if (k == 0) return false;
+  return k;
+}
+
 std::string git_commit() {
   std::string out;
   if (FILE* f = popen("git -C " SB_SOURCE_DIR " rev-parse HEAD 2>/dev/null", "r")) {
@@ -164,15 +173,20 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
       {"zero3_fetch", o.zero3_coalesced_fetch ? "coalesced" : "per_tensor"},
       {"ds_config", cfg.ds_config},
       {"ds_config_ignored", cfg.ds_config_ignored},
-      {"fsdp2_reshard_after_forward", o.fsdp2_reshard_after_forward < 0    ? nlohmann::json(true)
-                                      : o.fsdp2_reshard_after_forward == 0 ? nlohmann::json(false)
-                                      : nlohmann::json(o.fsdp2_reshard_after_forward)},
+      {"fsdp2_reshard_after_forward", fsdp2_reshard_json(o.fsdp2_reshard_after_forward)},
+      {"fsdp2_reshard_root", o.fsdp2_reshard_after_forward != kFsdp2ReshardAuto &&
+                                 o.fsdp2_reshard_after_forward != 0},
       {"fsdp2_prefetch", o.fsdp2_prefetch},
+      {"fsdp2_reduce_dtype", o.fsdp2_reduce_fp32 ? "fp32" : "auto"},
       {"mics_shard_size", o.mics_shard_size},
       {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
+      {"mics_schedule", o.mics_schedule == MicsSchedule::kPerUnit ? "per_unit" : "shipped"},
       {"zero_hpz_partition_size", o.zero_hpz_partition_size},
       {"zero_quantized_weights", o.zero_quantized_weights},
       {"zero_quantized_gradients", o.zero_quantized_gradients},
+      {"zero_contiguous_gradients", o.zero_contiguous_gradients},
+      {"zero_communication_data_type", o.zero_comm_fp16 ? "fp16" : "auto"},
+      {"zero_qgz_variant", o.zero_qgz_variant == QgzVariant::kSuite ? "suite" : "shipped"},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},

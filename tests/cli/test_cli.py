@@ -381,7 +381,7 @@ class ZeroppPredictTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="sbzpp")
         slow = os.path.join(ROOT, "bench", "clusters", "dgx-h100-100g.json")
         zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights",
-                  "--zero-quantized-gradients"]
+                  "--zero-quantized-gradients", "--zero-communication-data-type", "fp16"]
         rate = {}
         for cluster in ("dgx-h100", slow):
             for knobs in ([], zeropp):

@@ -98,6 +98,7 @@ std::vector<Knobs> knob_cases() {
        [](RunConfig& c) {
          const Topology& t = run_env().topo;
          const int P = t.partition_size(), G = t.ranks_per_node();
+         c.options.mics_schedule = MicsSchedule::kPerUnit;
          c.options.mics_hierarchical_params_gather = P > G && P % G == 0;
        },
        "mics"},

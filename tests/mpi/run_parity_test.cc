@@ -217,7 +217,10 @@ TEST(ParityKnobs, OverlapPrefetchAndWrapDoNotChangeTheMath) {
   const Topology& t = run_env().topo;
   std::vector<Variant> all = variants;
   if (t.partition_size() > t.ranks_per_node() && t.partition_size() % t.ranks_per_node() == 0)
-    all.push_back({"mics", "hierarchical all-gather", [](RunConfig& c) { c.options.mics_hierarchical_params_gather = true; }});
+    all.push_back({"mics", "per-unit, hierarchical all-gather", [](RunConfig& c) { c.options.mics_schedule = MicsSchedule::kPerUnit; c.options.mics_hierarchical_params_gather = true; }});
+  // MiCS's per-unit schedule (the shipped one is the Parity grid's)
+  all.push_back({"mics", "per-unit schedule", [](RunConfig& c) { c.options.mics_schedule = MicsSchedule::kPerUnit; }});
+  all.push_back({"mics", "per-unit, overlap off", [](RunConfig& c) { c.options.mics_schedule = MicsSchedule::kPerUnit; c.options.overlap = false; }});
   for (const Variant& v : all) {
     RunConfig c = tiny_config();
     v.set(c);

@@ -117,8 +117,10 @@ INSTANTIATE_TEST_SUITE_P(DtypeOverlap, QgzReduceBound,
                                   (std::get<1>(info.param) ? "_overlap" : "_waited");
                          });
 
+// The suite's variant (the mean on every path) unless a test asks for DeepSpeed's L x scaling.
 void set_qgz(RunConfig& cfg, bool qgz, bool hpz_qwz) {
   cfg.options.zero_quantized_gradients = qgz;
+  cfg.options.zero_qgz_variant = QgzVariant::kSuite;
   cfg.options.zero_quantized_weights = hpz_qwz;
   cfg.options.zero_hpz_partition_size = hpz_qwz ? run_env().topo.ranks_per_node() : 1;
 }
@@ -290,6 +292,52 @@ TEST(QgzParity, FiftyStepLossTrajectoryWithinTwoPercent) {
     std::printf("[ ZeRO++ 50 steps ] worst relative loss difference %.5f, loss %.4f -> %.4f "
                 "(reference %.4f -> %.4f)\n", worst, r.loss.front(), r.loss.back(),
                 ref.loss.front(), ref.loss.back());
+}
+
+
+// DeepSpeed's scaling (coalesced_collectives.py all_to_all_quant_reduce: the nodes' chunks summed
+// and divided by num_nodes = world // device_count(), L x the mean for L ranks per node, where
+// the 1-D fallback's reduce_scatter_coalesced gives the mean): finish(out, L) is L x finish(out)
+// element for element; and in a zero3 run the shipped variant differs from the suite's exactly
+// where it should: not at all with one rank per node (L = 1), somewhere with L > 1 and a tensor
+// on the quantised path.
+TEST(QgzShipped, QuantisedPathIsRanksPerNodeTimesTheSum) {
+  RunEnv& e = run_env();
+  const int W = e.topo.world_size(), L = e.topo.ranks_per_node();
+  ParamTensor t;
+  t.shape = {24, 20};
+  t.numel = 480;
+  const uint64_t groups = qgz_groups_per_partition(t, W), part = t.numel / uint64_t(W);
+  std::vector<float> mine(t.numel);
+  for (size_t i = 0; i < t.numel; ++i) mine[i] = grad_value(e.topo.rank(), i);
+  MemoryTracker memory;
+  TypedBuffer grad(memory, MemCategory::kGrads, DType::kF32, t.numel);
+  TypedBuffer plain(memory, MemCategory::kGrads, DType::kF32, part);
+  TypedBuffer scaled(memory, MemCategory::kGrads, DType::kF32, part);
+  f32_to_device(*e.device, mine, grad.data(), DType::kF32);
+  QgzReduce(*e.comm, *e.device, memory, grad.data(), DType::kF32, t.numel, groups, false, "a")
+      .finish(plain);
+  QgzReduce(*e.comm, *e.device, memory, grad.data(), DType::kF32, t.numel, groups, false, "b")
+      .finish(scaled, float(L));
+  const std::vector<float> p = device_to_f32(*e.device, plain.data(), DType::kF32, part);
+  const std::vector<float> s = device_to_f32(*e.device, scaled.data(), DType::kF32, part);
+  for (size_t i = 0; i < part; ++i) EXPECT_EQ(s[i], p[i] * float(L)) << "element " << i;
+
+  if (!qgz_runs()) return;
+  RunConfig cfg = tiny_config(Precision::kBf16Mixed, 2);
+  set_qgz(cfg, true, false);
+  const StrategyRun suite = run("zero3", cfg);
+  cfg.options.zero_qgz_variant = QgzVariant::kShipped;
+  cfg.options.zero_comm_fp16 = true;
+  const StrategyRun shipped = run("zero3", cfg);
+  ASSERT_EQ(shipped.status, "ok") << shipped.error;
+  EXPECT_EQ(shipped.payload_bytes, suite.payload_bytes) << "the scaling moves no byte";
+  size_t eligible = 0;
+  for (const ParamTensor& x : make_layout(cfg.model).tensors) eligible += qgz_eligible(x, W);
+  if (L == 1 || eligible == 0)
+    EXPECT_EQ(shipped.params, suite.params);
+  else
+    EXPECT_NE(shipped.params, suite.params);
 }
 
 }  // namespace

@@ -101,5 +101,29 @@ TEST(SimClock, PredictedPhasesPartitionTheStepAndOverlapOffExposesAllOfIt) {
     }
 }
 
+
+// ZeRO-3's IPG buffer at 7B (stage3.py, "# IPG"): with DeepSpeed's default reduce_bucket_size of
+// 5e8 elements, bf16, the dry run holds 1e9 bytes of it from setup on, so zero3's and MiCS's
+// predicted peaks rise by at most that, and by at least that less one bucket's gradients
+// (tests/mpi/run_zero3_ipg_test.cc's bounds); llama2-7b's gradients per rank exceed a bucket, so
+// the lower bound is the peak without it.
+TEST(SimDevice, Zero3AndMicsPeaksHoldTheIpgBufferAt7b) {
+  PredictConfig cfg = bf16_config("llama2-7b", 16);
+  cfg.options.bucket_mb = 5e8 * 2 / (1024.0 * 1024.0);  // reduce_bucket_size 5e8, bf16
+  const uint64_t ipg = cfg.options.bucket_elements() * 2;
+  ASSERT_EQ(ipg, 1'000'000'000u);
+  const Cluster cl = load_cluster("dgx-h100");
+  for (const char* s : {"zero3", "mics"}) {
+    const Prediction on = predict(cfg, s, cl);
+    PredictConfig no = cfg;
+    no.options.zero_contiguous_gradients = false;
+    const Prediction off = predict(no, s, cl);
+    EXPECT_GE(on.at_peak[int(MemCategory::kCommBuffers)], ipg) << s;
+    EXPECT_LE(on.peak, off.peak + ipg) << s;
+    EXPECT_GE(on.peak, off.peak) << s;
+    EXPECT_EQ(on.traffic.sent_intra, off.traffic.sent_intra) << s;
+  }
+}
+
 }  // namespace
 }  // namespace sb
