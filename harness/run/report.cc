@@ -58,19 +58,6 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
-double busbw_factor(CollKind k, int n) {
-  switch (k) {
-    case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
-    case CollKind::kReduceScatter:
-    case CollKind::kAllGather:
-    case CollKind::kAllToAll: return double(n - 1) / n;
-    case CollKind::kBroadcast:
-    case CollKind::kReduce: return 1.0;
-    case CollKind::kBarrier: return 0.0;
-  }
-  return 0;
-}
-
 const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16-mixed"; }
 const char* prefetch_name(BackwardPrefetch p) {
   return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";

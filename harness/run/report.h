@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/comm/collective.h"  // busbw_factor
 #include "harness/run/trainer.h"
 #include "harness/topology.h"
 
@@ -57,8 +58,6 @@ double median(std::vector<double> v);
 // results[].phases of the JSON, and the prediction's phases (schema: results/schema.json).
 nlohmann::json phases_json(const std::vector<StepPhases>& steps);
 double percentile(std::vector<double> v, double p);
-// nccl-tests PERFORMANCE.md: busbw = algbw * factor.
-double busbw_factor(CollKind k, int n);
 const char* precision_name(Precision p);
 const char* prefetch_name(BackwardPrefetch p);
 const char* zero_grad_reduce_name(ZeroGradReduce r);
