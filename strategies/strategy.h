@@ -15,7 +15,7 @@
 #include "harness/model/gpt.h"
 #include "harness/model/layout.h"
 #include "harness/optim/shard_optimizer.h"
-#include "harness/run/compute_views.h"
+#include "harness/model/compute_views.h"
 
 namespace sb {
 

@@ -1,4 +1,4 @@
-// The ring model's bytes per rank (RingSchedule's closed form, classed by hop) and the
+// The ring model's bytes per rank (collective.h's closed form, classed by hop) and the
 // Ledger's sums. Pure arithmetic: no MPI, no timing.
 #include "harness/comm/ledger.h"
 
@@ -11,19 +11,19 @@ namespace sb {
 HopBytes ring_model_sent(CollKind kind, size_t count, DType dtype, const Group& group,
                          const Topology& topo, int root_index) {
   const int n = group.size(), i = group.index;
+  const CollAlgo algo = collective_spec(kind).algo;
   HopBytes out;
-  if (n <= 1 || kind == CollKind::kBarrier) return out;
-  if (kind == CollKind::kAllToAll) {  // one block of count/n to every other position
-    const uint64_t block = uint64_t(count / size_t(n)) * dtype_bytes(dtype);
+  if (n <= 1 || algo == CollAlgo::kNone) return out;
+  if (algo == CollAlgo::kPairwise) {  // one block to every other position, classed per peer
+    const uint64_t block = alltoall_block_elements(count, n) * dtype_bytes(dtype);
     for (int s = 1; s < n; ++s) {
       const int peer = group.ranks[alltoall_send_peer(n, i, s)];
       (topo.same_node(group.ranks[i], peer) ? out.intra : out.inter) += block;
     }
     return out;
   }
-  const RingSchedule ring(kind, count, n, i, root_index);
-  const uint64_t bytes = ring.sent_elements() * dtype_bytes(dtype);
-  const int me = group.ranks[i], next = group.ranks[ring.next()];
+  const uint64_t bytes = position_sent_elements(kind, count, n, i, root_index) * dtype_bytes(dtype);
+  const int me = group.ranks[i], next = group.ranks[(i + 1) % n];
   (topo.same_node(me, next) ? out.intra : out.inter) = bytes;
   return out;
 }

@@ -1,30 +1,10 @@
-// The ring schedule (see header): chunk arithmetic and its per-position closed forms.
+// The ring schedule (see header): which chunk each step moves. The passes each kind makes come
+// from its row in collective.h.
 #include "harness/comm/ring_schedule.h"
-
-#include <algorithm>
 
 #include "harness/common/check.h"
 
 namespace sb {
-
-const char* coll_name(CollKind k) {
-  switch (k) {
-    case CollKind::kAllReduce: return "all_reduce";
-    case CollKind::kReduceScatter: return "reduce_scatter";
-    case CollKind::kAllGather: return "all_gather";
-    case CollKind::kBroadcast: return "broadcast";
-    case CollKind::kBarrier: return "barrier";
-    case CollKind::kReduce: return "reduce";
-    case CollKind::kAllToAll: return "all_to_all";
-  }
-  return "?";
-}
-
-Chunk ring_chunk(size_t count, int n, int c) {
-  SB_CHECK(n >= 1 && c >= 0 && c < n, "ring chunk " << c << " of " << n);
-  const size_t base = count / size_t(n), rem = count % size_t(n), uc = size_t(c);
-  return Chunk{uc * base + std::min(uc, rem), base + (uc < rem ? 1 : 0)};
-}
 
 RingSchedule::RingSchedule(CollKind kind, size_t count, int n, int i, int root)
     : kind_(kind), count_(count), n_(n), i_(i), root_(root) {
@@ -32,46 +12,24 @@ RingSchedule::RingSchedule(CollKind kind, size_t count, int n, int i, int root)
   SB_CHECK(root >= 0 && root < n, "root " << root << " of " << n);
 }
 
+// Broadcast and reduce are pieced chains and all-to-all is pairwise (alltoall_send_peer):
+// no ring steps.
 int RingSchedule::steps() const {
   if (n_ <= 1) return 0;
-  switch (kind_) {
-    case CollKind::kReduceScatter:
-    case CollKind::kAllGather: return n_ - 1;
-    case CollKind::kAllReduce: return 2 * (n_ - 1);
-    case CollKind::kBroadcast:
-    case CollKind::kReduce:
-    case CollKind::kBarrier:
-    case CollKind::kAllToAll: return 0;  // pairwise, not a ring (alltoall_send_peer)
-  }
-  return 0;
+  const CollectiveSpec& s = collective_spec(kind_);
+  return s.algo == CollAlgo::kRing ? s.passes * (n_ - 1) : 0;
 }
 
-// All-reduce's second half is the all-gather schedule from step 0 again.
-Chunk RingSchedule::send_chunk(int s) const {
-  const bool second_half = kind_ == CollKind::kAllReduce && s >= n_ - 1;
-  if (second_half) s -= n_ - 1;
-  return kind_ == CollKind::kAllGather || second_half ? chunk(i_ - s) : chunk(i_ - 1 - s);
+// A ring's all-gather pass comes after its reduce-scatter pass and restarts from step 0. At
+// each step a position receives the chunk just before the one it sends.
+int RingSchedule::send_index(int s) const {
+  const CollectiveSpec& spec = collective_spec(kind_);
+  const bool ag = !spec.rs_pass || s >= n_ - 1;
+  if (spec.rs_pass && s >= n_ - 1) s -= n_ - 1;
+  return ag ? i_ - s : i_ - 1 - s;
 }
 
-Chunk RingSchedule::recv_chunk(int s) const {
-  const bool second_half = kind_ == CollKind::kAllReduce && s >= n_ - 1;
-  if (second_half) s -= n_ - 1;
-  return kind_ == CollKind::kAllGather || second_half ? chunk(i_ - 1 - s) : chunk(i_ - 2 - s);
-}
-
-uint64_t RingSchedule::sent_elements() const {
-  if (n_ <= 1) return 0;
-  const uint64_t own = chunk(i_).len, succ = chunk(i_ + 1).len, c = count_;
-  switch (kind_) {
-    case CollKind::kReduceScatter: return c - own;   // every chunk but its own
-    case CollKind::kAllGather: return c - succ;      // every chunk but its successor's
-    case CollKind::kAllReduce: return 2 * c - own - succ;
-    case CollKind::kBroadcast: return broadcast_sends() ? c : 0;
-    case CollKind::kReduce: return reduce_sends() ? c : 0;
-    case CollKind::kBarrier: return 0;
-    case CollKind::kAllToAll: return c - c / uint64_t(n_);  // every block but its own
-  }
-  return 0;
-}
+Chunk RingSchedule::send_chunk(int s) const { return chunk(send_index(s)); }
+Chunk RingSchedule::recv_chunk(int s) const { return chunk(send_index(s) - 1); }
 
 }  // namespace sb

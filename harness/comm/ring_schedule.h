@@ -2,27 +2,15 @@
 // sends to its successor and receives from its predecessor at each step. The MPI ring backend
 // executes it, the ledger counts it (ring_model_sent), the predictor's simulated backend times
 // it (traffic.cc) and the two-host link model sums its messages (link_counter.cc).
-// Source of the closed forms: nccl-tests PERFORMANCE.md (ring: all-reduce 2(n-1)/n,
-// reduce-scatter and all-gather (n-1)/n of the payload per rank; broadcast and reduce 1: a
-// pipelined chain, every rank but one sending the whole payload once).
+// The per-kind passes and byte formulas it follows are in collective.h (written once there).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "harness/comm/collective.h"
+
 namespace sb {
-
-// kReduce and kAllToAll last: the kinds' integer values index arrays that were laid out before them.
-enum class CollKind {
-  kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier, kReduce, kAllToAll
-};
-constexpr int kNumCollKinds = 7;
-const char* coll_name(CollKind k);
-
-// Chunk c of a buffer of `count` elements split into n ring chunks: [begin, begin+len); the
-// first count % n chunks are one element longer.
-struct Chunk { size_t begin, len; };
-Chunk ring_chunk(size_t count, int n, int c);
 
 // The broadcast and reduce chains move pieces of this many bytes (piece k moves on while k+1
 // arrives).
@@ -61,11 +49,13 @@ class RingSchedule {
   bool reduce_sends() const { return n_ > 1 && i_ != root_; }
   bool reduce_receives() const { return n_ > 1 && wrap(i_ - root_) != 1; }
   // Elements this position sends over the whole collective, in O(1) (the sum over steps):
-  //   reduce-scatter count - len(i); all-gather count - len(i+1); all-reduce both;
-  //   broadcast count unless last in the chain; reduce count unless the root.
-  uint64_t sent_elements() const;
+  // position_sent_elements (collective.h).
+  uint64_t sent_elements() const {
+    return position_sent_elements(kind_, count_, n_, i_, root_);
+  }
 
  private:
+  int send_index(int s) const;  // the chunk sent at step s, before wrapping
   int wrap(int x) const { return ((x % n_) + n_) % n_; }
   Chunk chunk(int c) const { return ring_chunk(count_, n_, wrap(c)); }
   CollKind kind_;

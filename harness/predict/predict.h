@@ -16,7 +16,7 @@
 #include "harness/predict/kernel_cost.h"
 #include "harness/predict/model_shape.h"
 #include "harness/predict/traffic.h"
-#include "harness/run/trainer.h"
+#include "harness/run/train_loop.h"
 
 namespace sb {
 

@@ -65,12 +65,6 @@ static json time_breakdown_json(const Prediction& p) {
 }
 
 json prediction_json(const Prediction& p) {
-  const StrategyDescription& d = p.description;
-  json shards = json::array();
-  if (d.shards_params) shards.push_back("params");
-  if (d.shards_grads) shards.push_back("grads");
-  if (d.shards_optimizer) shards.push_back("optimizer");
-  const char* gran[] = {"bucket", "tensor", "unit"};
   json breakdown;
   for (int c = 0; c < kNumMemCategories; ++c)
     breakdown[category_name(MemCategory(c))] = p.at_peak[c];
@@ -94,13 +88,7 @@ json prediction_json(const Prediction& p) {
   json j = json{
       {"strategy", p.strategy},
       {"status", "predicted"},
-      {"description",
-       {{"family", d.family},
-        {"shards", shards},
-        {"shard_group", shards.empty() ? "none" : group_name(d.shard_group)},
-        {"replicate_across_nodes", d.replicate_across_nodes},
-        {"reshard_after_forward", d.reshard_after_forward},
-        {"granularity", gran[int(d.granularity)]}}},
+      {"description", description_json(p.description)},
       {"padded_params", p.padded_params},
       {"memory",
        {{"peak_bytes_per_rank", p.peak},

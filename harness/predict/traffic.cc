@@ -1,11 +1,9 @@
 // Ring accounting and alpha-beta time of predicted collectives (see header).
 //
-// Per position, RingSchedule::sent_elements (position i of n, chunk c has
-// len(c) = count/n + [c < count % n] elements): reduce-scatter count - len(i), all-gather
-// count - len((i+1) mod n), all-reduce both, broadcast (chain from root 0) count except the
-// last. Summed over a group that is (n-1)·count (2(n-1)·count for all-reduce): nccl-tests
-// PERFORMANCE.md's (n-1)/n and 2(n-1)/n of the payload per rank. The account below keeps the
-// position-dependent part as a difference array, so one collective costs O(1) at any world.
+// Per position, position_sent_elements (harness/comm/collective.h, the one place the bytes of
+// each kind are written; chunk c has len(c) = count/n + [c < count % n] elements). The account
+// below keeps the position-dependent part as a difference array, so one collective costs O(1)
+// at any world.
 #include "harness/predict/traffic.h"
 
 #include <algorithm>
@@ -24,8 +22,7 @@ int bit_width_of(uint64_t bytes) {  // index of the power of two >= bytes (the r
 
 uint64_t ring_sent_closed_form(CollKind kind, uint64_t count, size_t elem_bytes, int n, int i,
                                int root) {
-  if (n <= 1 || kind == CollKind::kBarrier) return 0;
-  return RingSchedule(kind, size_t(count), n, i, root).sent_elements() * elem_bytes;
+  return position_sent_elements(kind, count, n, i, root) * elem_bytes;
 }
 
 TrafficAccount::TrafficAccount(int world, int ranks_per_node, const Cluster& cluster,
@@ -108,7 +105,7 @@ void TrafficAccount::add_partition_call(const PredictedCall& c, uint64_t& sent, 
 void TrafficAccount::add_all_to_all_call(const PredictedCall& c, uint64_t& sent,
                                          uint64_t& max_rank, uint64_t& node_inter) {
   const int64_t n = n_of(c.group);
-  const uint64_t block = c.count / uint64_t(n) * dtype_bytes(c.dtype);
+  const uint64_t block = alltoall_block_elements(c.count, int(n)) * dtype_bytes(c.dtype);
   uint64_t inter_sum = 0;
   for (int64_t r = 0; r < N_; ++r) {
     const int64_t nb = r / G_ * G_, base = r / P_ * P_;
@@ -145,12 +142,12 @@ double TrafficAccount::add(const PredictedCall& c) {
   k.count += 1;
   k.payload_bytes += payload;
   const int n = n_of(c.group);
-  if (n <= 1 || c.kind == CollKind::kBarrier) return 0;
-  const uint64_t base = c.count / uint64_t(n), rem = c.count % uint64_t(n);
-  const uint64_t twice = c.kind == CollKind::kAllReduce ? 2 : 1;
-  uint64_t max_rank = twice * (c.count - base) * e, sent = 0, node_inter = 0;
+  const CollectiveSpec& spec = collective_spec(c.kind);
+  if (n <= 1 || spec.algo == CollAlgo::kNone) return 0;
+  const uint64_t rem = c.count % uint64_t(n);
+  uint64_t max_rank = max_position_sent_elements(c.kind, c.count, n) * e, sent = 0, node_inter = 0;
   // inter senders per node: one in a world ring; every rank in an all-to-all
-  const bool a2a = c.kind == CollKind::kAllToAll;
+  const bool a2a = spec.algo == CollAlgo::kPairwise;
   double senders = c.group == GroupKind::kWorld && !a2a ? 1.0 : double(G_);
   if (topo_ == nullptr && a2a) {
     max_rank = 0;
@@ -180,26 +177,16 @@ double TrafficAccount::add(const PredictedCall& c) {
       d[lo] -= int64_t(v);
       d[hi] += int64_t(v);
     };
-    if (c.kind == CollKind::kBroadcast) {
-      base_[g] += payload;
-      minus(uint64_t(n) - 1, uint64_t(n), payload);
-      max_rank = payload;
-    } else if (c.kind == CollKind::kReduce) {  // every position but the root sends it all
-      base_[g] += payload;
-      minus(uint64_t(c.root), uint64_t(c.root) + 1, payload);
-      max_rank = payload;
-    } else {
-      base_[g] += twice * (c.count - base) * e;
-      if (c.kind != CollKind::kAllGather) minus(0, rem, e);  // own chunk is one longer
-      if (c.kind != CollKind::kReduceScatter && rem > 0) {   // successor's chunk is longer
-        minus(0, rem - 1, e);
-        minus(uint64_t(n) - 1, uint64_t(n), e);
-      }
+    base_[g] += max_rank;
+    if (spec.idle == ChainIdle::kLast) minus(uint64_t(n) - 1, uint64_t(n), payload);
+    if (spec.idle == ChainIdle::kRoot) minus(uint64_t(c.root), uint64_t(c.root) + 1, payload);
+    if (spec.rs_pass) minus(0, rem, e);  // own chunk is one longer
+    if (spec.ag_pass && rem > 0) {       // successor's chunk is longer
+      minus(0, rem - 1, e);
+      minus(uint64_t(n) - 1, uint64_t(n), e);
     }
     const uint64_t instances = c.group == GroupKind::kWorld ? 1 : uint64_t(N_ / n);
-    const bool chain = c.kind == CollKind::kBroadcast || c.kind == CollKind::kReduce;
-    sent = chain ? payload * uint64_t(n - 1) * instances
-                                          : twice * uint64_t(n - 1) * c.count * e * instances;
+    sent = group_sent_elements(c.kind, c.count, n) * e * instances;
     if (M_ > 1 && c.group == GroupKind::kWorld) node_inter = max_rank;  // one boundary rank
     if (M_ > 1 && c.group == GroupKind::kInter) node_inter = uint64_t(G_) * max_rank;
   }
@@ -218,7 +205,7 @@ double TrafficAccount::add(const PredictedCall& c) {
 double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes,
                                  uint64_t node_inter, double inter_senders) const {
   const int n = n_of(c.group);
-  const double passes = c.kind == CollKind::kAllReduce ? 2.0 : 1.0;
+  const double passes = collective_spec(c.kind).passes;
   const bool partition = int(c.group) >= int(GroupKind::kPartition);
   const bool crosses = M_ > 1 && c.group != GroupKind::kIntra && (!partition || node_inter > 0);
   const double inter_steps = crosses ? passes * std::min(n - 1, M_ - 1) : 0.0;

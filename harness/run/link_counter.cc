@@ -100,9 +100,10 @@ std::vector<uint64_t> ring_inter_messages(const LedgerEntry& e, const Topology& 
   std::vector<uint64_t> out;
   const Group& g = topo.group(e.group);
   const int n = g.size(), i = g.index;
-  if (n <= 1 || e.kind == CollKind::kBarrier) return out;
-  if (e.kind == CollKind::kAllToAll) {  // one message of a block to each peer off the node
-    const uint64_t block = uint64_t(e.count / size_t(n)) * dtype_bytes(e.dtype);
+  const CollAlgo algo = collective_spec(e.kind).algo;
+  if (n <= 1 || algo == CollAlgo::kNone) return out;
+  if (algo == CollAlgo::kPairwise) {  // one message of a block to each peer off the node
+    const uint64_t block = alltoall_block_elements(e.count, n) * dtype_bytes(e.dtype);
     for (int s = 1; s < n; ++s)
       if (block > 0 && !topo.same_node(g.ranks[i], g.ranks[alltoall_send_peer(n, i, s)]))
         out.push_back(block);
@@ -115,8 +116,7 @@ std::vector<uint64_t> ring_inter_messages(const LedgerEntry& e, const Topology& 
     if (bytes > 0) out.push_back(bytes);
   };
   for (int s = 0; s < ring.steps(); ++s) add(uint64_t(ring.send_chunk(s).len) * es);
-  if ((e.kind == CollKind::kBroadcast && ring.broadcast_sends()) ||
-      (e.kind == CollKind::kReduce && ring.reduce_sends())) {
+  if (algo == CollAlgo::kChain && ring.sent_elements() > 0) {  // the chain's pieces
     const uint64_t total = uint64_t(e.count) * es;
     for (uint64_t off = 0; off < total; off += kBroadcastPieceBytes)
       add(std::min<uint64_t>(kBroadcastPieceBytes, total - off));

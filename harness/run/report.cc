@@ -58,19 +58,6 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
-double busbw_factor(CollKind k, int n) {
-  switch (k) {
-    case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
-    case CollKind::kReduceScatter:
-    case CollKind::kAllGather:
-    case CollKind::kAllToAll: return double(n - 1) / n;
-    case CollKind::kBroadcast:
-    case CollKind::kReduce: return 1.0;
-    case CollKind::kBarrier: return 0.0;
-  }
-  return 0;
-}
-
 const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16-mixed"; }
 const char* prefetch_name(BackwardPrefetch p) {
   return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";
@@ -202,84 +189,87 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
   };
 }
 
-namespace {
-json peak_basis(const Environment& env) {
-  json b = env.peak_basis;
-  if (!b.empty()) b["per_device_flops"] = env.peak_flops_per_device;
-  return b;
-}
-}  // namespace
-
-json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
-                 const Environment& env) {
-  json r{{"strategy", run.strategy}, {"status", run.status}};
-  if (run.status != "ok") {
-    r["error"] = run.error;
-    return r;
-  }
-  const auto& d = run.description;
+// What the strategy shards, over which group, at which granularity.
+json description_json(const StrategyDescription& d) {
   json shards = json::array();
   if (d.shards_params) shards.push_back("params");
   if (d.shards_grads) shards.push_back("grads");
   if (d.shards_optimizer) shards.push_back("optimizer");
   const char* gran[] = {"bucket", "tensor", "unit"};
-  r["description"] = {{"family", d.family},
-                      {"shards", shards},
-                      {"shard_group", shards.empty() ? "none" : group_name(d.shard_group)},
-                      {"replicate_across_nodes", d.replicate_across_nodes},
-                      {"reshard_after_forward", d.reshard_after_forward},
-                      {"granularity", gran[int(d.granularity)]}};
-  r["padded_params"] = run.padded_params;
+  return {{"family", d.family},
+          {"shards", shards},
+          {"shard_group", shards.empty() ? "none" : group_name(d.shard_group)},
+          {"replicate_across_nodes", d.replicate_across_nodes},
+          {"reshard_after_forward", d.reshard_after_forward},
+          {"granularity", gran[int(d.granularity)]}};
+}
 
-  const double med = median(run.step_time_s);
-  r["step_time_s"] = {{"median", med},
-                      {"p95", percentile(run.step_time_s, 95)},
-                      {"min", run.step_time_s.empty() ? 0 : *std::min_element(run.step_time_s.begin(), run.step_time_s.end())},
-                      {"max", run.step_time_s.empty() ? 0 : *std::max_element(run.step_time_s.begin(), run.step_time_s.end())},
-                      {"samples", run.step_time_s}};
-  if (run.status == "ok") r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
+namespace {
+
+json peak_basis(const Environment& env) {
+  json b = env.peak_basis;
+  if (!b.empty()) b["per_device_flops"] = env.peak_flops_per_device;
+  return b;
+}
+
+json step_time_json(const std::vector<double>& t) {
+  return {{"median", median(t)},
+          {"p95", percentile(t, 95)},
+          {"min", t.empty() ? 0 : *std::min_element(t.begin(), t.end())},
+          {"max", t.empty() ? 0 : *std::max_element(t.begin(), t.end())},
+          {"samples", t}};
+}
+
+// Model FLOPs (MFU) and hardware FLOPs (HFU: plus activation checkpointing's recomputed
+// forwards) over the median step time `med`.
+json throughput_json(const RunConfig& cfg, const Topology& topo, const Environment& env,
+                     double med) {
   const uint64_t tokens = uint64_t(topo.world_size()) * cfg.batch_per_rank *
                           cfg.options.grad_accum * cfg.model.seq_len;
   const double flops = flops_per_step(cfg.model, tokens);
   const double achieved = med > 0 ? flops / med : 0;
-  // Hardware FLOPs: the model's plus activation checkpointing's recomputed forwards (HFU).
   const double hw_flops = flops + recompute_flops_per_step(cfg.model, tokens);
   const double peak = env.peak_flops_per_device * env.devices;
-  r["throughput"] = {{"tokens_per_s", med > 0 ? double(tokens) / med : 0},
-                     {"samples_per_s", med > 0 ? double(tokens / cfg.model.seq_len) / med : 0},
-                     {"tflops", achieved / 1e12},
-                     {"mfu", peak > 0 ? achieved / peak : 0},
-                     {"flop_formula", flop_formula(cfg.model)},
-                     {"flops_per_step", flops},
-                     {"hfu", peak > 0 && med > 0 ? hw_flops / med / peak : 0},
-                     {"hardware_flops_per_step", hw_flops},
-                     {"hardware_flop_formula", hardware_flop_formula(cfg.model)},
-                     {"peak_flops", peak},
-                     {"peak_flops_source", env.peak_flops_source},
-                     {"peak_basis", peak_basis(env)}};
+  return {{"tokens_per_s", med > 0 ? double(tokens) / med : 0},
+          {"samples_per_s", med > 0 ? double(tokens / cfg.model.seq_len) / med : 0},
+          {"tflops", achieved / 1e12},
+          {"mfu", peak > 0 ? achieved / peak : 0},
+          {"flop_formula", flop_formula(cfg.model)},
+          {"flops_per_step", flops},
+          {"hfu", peak > 0 && med > 0 ? hw_flops / med / peak : 0},
+          {"hardware_flops_per_step", hw_flops},
+          {"hardware_flop_formula", hardware_flop_formula(cfg.model)},
+          {"peak_flops", peak},
+          {"peak_flops_source", env.peak_flops_source},
+          {"peak_basis", peak_basis(env)}};
+}
 
+json memory_json(const StrategyRun& run) {
   json breakdown;
   for (int c = 0; c < kNumMemCategories; ++c)
     breakdown[category_name(MemCategory(c))] = run.breakdown_at_peak[c];
-  r["memory"] = {{"peak_bytes_per_rank", run.peak_bytes},
-                 {"model_state_bytes_per_rank",
-                  {{"params", run.model_state_params},
-                   {"grads", run.model_state_grads},
-                   {"optimizer", run.model_state_optimizer}}},
-                 {"breakdown_at_peak", breakdown},
-                 {"rss_hwm_bytes", run.rss_hwm_bytes}};
+  json m = {{"peak_bytes_per_rank", run.peak_bytes},
+            {"model_state_bytes_per_rank",
+             {{"params", run.model_state_params},
+              {"grads", run.model_state_grads},
+              {"optimizer", run.model_state_optimizer}}},
+            {"breakdown_at_peak", breakdown},
+            {"rss_hwm_bytes", run.rss_hwm_bytes}};
   // GPU: the cross-check of the tracker from below (caching allocator, then the driver, which
   // also sees NCCL's and cuBLAS's workspaces and the CUDA context). null on the CPU.
-  r["memory"]["device"] = nullptr;
+  m["device"] = nullptr;
   if (run.device_after.available)
-    r["memory"]["device"] = {
-        {"reserved_peak_bytes", run.device_after.peak_reserved_bytes},
-        {"reserved_after_bytes", run.device_after.reserved_bytes},
-        {"driver_used_before_bytes", run.device_before.driver_used_bytes},
-        {"driver_used_after_bytes", run.device_after.driver_used_bytes},
-        {"driver_total_bytes", run.device_after.driver_total_bytes}};
+    m["device"] = {{"reserved_peak_bytes", run.device_after.peak_reserved_bytes},
+                   {"reserved_after_bytes", run.device_after.reserved_bytes},
+                   {"driver_used_before_bytes", run.device_before.driver_used_bytes},
+                   {"driver_used_after_bytes", run.device_after.driver_used_bytes},
+                   {"driver_total_bytes", run.device_after.driver_total_bytes}};
+  return m;
+}
 
-  // Per (kind, group) on this rank for one step; every rank issues the same collectives.
+// Per (kind, group) on this rank for one step; every rank issues the same collectives. The bus
+// bandwidth reads each kind's factor from harness/comm/collective.h.
+json comm_json(const StrategyRun& run) {
   std::map<std::pair<int, int>, std::array<double, 4>> kinds;  // count, bytes, time, bus bytes
   std::map<uint64_t, int> hist;
   for (const LedgerEntry& e : run.step_entries) {
@@ -303,29 +293,49 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
   }
   json histogram = json::array();
   for (const auto& [le, n] : hist) histogram.push_back({{"bucket_bytes_le", le}, {"count", n}});
-  r["comm"] = {{"per_step",
-                {{"payload_bytes", run.payload_bytes},
-                 {"sent_bytes_intra", run.sent_intra_all},
-                 {"sent_bytes_inter", run.sent_inter_all},
-                 {"sent_bytes_max_rank", run.sent_max_rank},
-                 {"collectives", run.step_entries.size()}}},
-               {"traffic_accounting", run.traffic_counted ? "counted" : "modelled"},
-               {"by_kind", by_kind},
-               {"size_histogram", histogram},
-               {"exposed_s", median(run.exposed_s)}};
-  if (run.link_measured) {  // [two-host link] counted at the hosts' link (ci/two_host.sh)
-    auto& ps = r["comm"]["per_step"];
-    const double ledger = double(run.sent_inter_all);
-    const double payload = double(run.link_bytes_measured) -
-                           double(run.link_harness_bytes_measured) -
-                           double(run.link_overhead_model_bytes);
-    ps["link_bytes_measured"] = run.link_bytes_measured;
-    ps["link_harness_bytes_measured"] = run.link_harness_bytes_measured;
-    ps["link_overhead_model_bytes"] = run.link_overhead_model_bytes;
-    ps["link_retrans_segs"] = run.link_retrans_segs;
-    ps["link_to_ledger_ratio"] = ledger > 0 ? double(run.link_bytes_measured) / ledger : 0;
-    ps["link_payload_to_ledger_ratio"] = ledger > 0 ? payload / ledger : 0;
+  return {{"per_step",
+           {{"payload_bytes", run.payload_bytes},
+            {"sent_bytes_intra", run.sent_intra_all},
+            {"sent_bytes_inter", run.sent_inter_all},
+            {"sent_bytes_max_rank", run.sent_max_rank},
+            {"collectives", run.step_entries.size()}}},
+          {"traffic_accounting", run.traffic_counted ? "counted" : "modelled"},
+          {"by_kind", by_kind},
+          {"size_histogram", histogram},
+          {"exposed_s", median(run.exposed_s)}};
+}
+
+// [two-host link] counted at the hosts' link (ci/two_host.sh), beside the ledger's bytes.
+void add_link_json(const StrategyRun& run, json& per_step) {
+  const double ledger = double(run.sent_inter_all);
+  const double payload = double(run.link_bytes_measured) -
+                         double(run.link_harness_bytes_measured) -
+                         double(run.link_overhead_model_bytes);
+  per_step["link_bytes_measured"] = run.link_bytes_measured;
+  per_step["link_harness_bytes_measured"] = run.link_harness_bytes_measured;
+  per_step["link_overhead_model_bytes"] = run.link_overhead_model_bytes;
+  per_step["link_retrans_segs"] = run.link_retrans_segs;
+  per_step["link_to_ledger_ratio"] = ledger > 0 ? double(run.link_bytes_measured) / ledger : 0;
+  per_step["link_payload_to_ledger_ratio"] = ledger > 0 ? payload / ledger : 0;
+}
+
+}  // namespace
+
+json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
+                 const Environment& env) {
+  json r{{"strategy", run.strategy}, {"status", run.status}};
+  if (run.status != "ok") {
+    r["error"] = run.error;
+    return r;
   }
+  r["description"] = description_json(run.description);
+  r["padded_params"] = run.padded_params;
+  r["step_time_s"] = step_time_json(run.step_time_s);
+  r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
+  r["throughput"] = throughput_json(cfg, topo, env, median(run.step_time_s));
+  r["memory"] = memory_json(run);
+  r["comm"] = comm_json(run);
+  if (run.link_measured) add_link_json(run, r["comm"]["per_step"]);
   r["loss"] = run.loss;
   r["param_checksum"] = run.param_checksum;
   return r;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/comm/collective.h"  // busbw_factor
 #include "harness/run/trainer.h"
 #include "harness/topology.h"
 
@@ -56,9 +57,10 @@ std::string utc_now_iso();
 double median(std::vector<double> v);
 // results[].phases of the JSON, and the prediction's phases (schema: results/schema.json).
 nlohmann::json phases_json(const std::vector<StepPhases>& steps);
+// results[].description of a run and of a prediction: what the strategy shards, over which
+// group, at which granularity.
+nlohmann::json description_json(const StrategyDescription& d);
 double percentile(std::vector<double> v, double p);
-// nccl-tests PERFORMANCE.md: busbw = algbw * factor.
-double busbw_factor(CollKind k, int n);
 const char* precision_name(Precision p);
 const char* prefetch_name(BackwardPrefetch p);
 const char* zero_grad_reduce_name(ZeroGradReduce r);

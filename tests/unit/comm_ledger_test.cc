@@ -5,12 +5,14 @@
 // device vs wall-clock time), driven by fake backends. No MPI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "harness/comm/collective.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/ledger.h"
 
@@ -65,6 +67,43 @@ bool hop_is_inter(const Topology& t, GroupKind g) {
 
 // Divisible sizes: every rank sends exactly (nccl-tests PERFORMANCE.md, ring)
 // all-reduce 2(n-1)/n*S, reduce-scatter and all-gather (n-1)/n*S, broadcast S (0 for the last).
+// The per-kind table (harness/comm/collective.h): the bus factors as nccl-tests PERFORMANCE.md
+// writes them, and its group and busiest-position sums against the per-position bytes added up
+// position by position, uneven counts and odd groups included.
+TEST(CollectiveTable, BusFactorsAreNcclTests) {
+  for (int n : {1, 2, 3, 8}) {
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kAllReduce, n), 2.0 * (n - 1) / n);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kReduceScatter, n), double(n - 1) / n);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kAllGather, n), double(n - 1) / n);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kAllToAll, n), double(n - 1) / n);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kBroadcast, n), 1.0);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kReduce, n), 1.0);
+    EXPECT_DOUBLE_EQ(busbw_factor(CollKind::kBarrier, n), 0.0);
+  }
+}
+
+TEST(CollectiveTable, SumsMatchPositionByPosition) {
+  for (int k = 0; k < kNumCollKinds; ++k)
+    for (int n : {1, 2, 3, 4, 7})
+      for (uint64_t count : {0, 1, 5, 6 * n, 1001}) {
+        const CollKind kind = CollKind(k);
+        if (kind == CollKind::kAllToAll && count % uint64_t(n) != 0) continue;  // communicator.cc
+        for (int root = 0; root < n; ++root) {
+          uint64_t sum = 0, most = 0;
+          for (int i = 0; i < n; ++i) {
+            const uint64_t b = position_sent_elements(kind, count, n, i, root);
+            sum += b;
+            most = std::max(most, b);
+          }
+          // the broadcast chain's idle position depends on the root; the sums do not
+          EXPECT_EQ(sum, group_sent_elements(kind, count, n)) << coll_name(kind) << " n=" << n;
+          EXPECT_LE(most, max_position_sent_elements(kind, count, n)) << coll_name(kind);
+          if (count % uint64_t(n) == 0)
+            EXPECT_EQ(most, max_position_sent_elements(kind, count, n)) << coll_name(kind);
+        }
+      }
+}
+
 TEST(RingModel, DivisibleSizesMatchClosedFormsPerRank) {
   for (const Shape sh : kShapes) {
     for (int r = 0; r < sh.world; ++r) {

@@ -1,5 +1,5 @@
 // fp32 views over fp32 or bf16 storage (see header).
-#include "harness/run/compute_views.h"
+#include "harness/model/compute_views.h"
 
 #include "harness/common/check.h"
 
