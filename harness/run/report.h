@@ -29,6 +29,11 @@ void add_llama_keys(nlohmann::json& model, const GptConfig& c);
 nlohmann::json config_json(const RunConfig& cfg, const Topology& topo);
 nlohmann::json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
                            const Environment& env);
+// results[].memory.page_faults_per_step and .allocator (schema: results/schema.json).
+nlohmann::json page_faults_json(const StrategyRun& run);
+nlohmann::json allocator_json(const StrategyRun& run);
+// No measured step faulted more than kSteadyStateFaultsPerStep pages on any rank.
+bool steady_state_faults_ok(const StrategyRun& run);
 nlohmann::json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
                             const std::vector<nlohmann::json>& results);
 
