@@ -117,7 +117,7 @@ def faults_cell(r):
     if not steps:
         return "–"
     text = f"{statistics.median(steps):.0f}, {max(steps)}"
-    return text if f.get("steady", True) else text + " (above " + str(f["threshold"]) + ")"
+    return text if f.get("steady", True) else text + " (median above " + str(f["threshold"]) + ")"
 
 
 def results_section(run, names):

@@ -135,14 +135,11 @@ std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (
 // then includes the kernel's page-table work, which depends on malloc and on the strategies
 // run before it (docs/measurement.md). Said on stderr; the result still stands.
 void warn_page_faults(const StrategyRun& run) {
-  uint64_t worst = 0;
-  for (size_t i = 0; i < run.minor_faults.size(); ++i)
-    worst = std::max(worst, run.minor_faults[i] + run.major_faults[i]);
   fmt::print(stderr,
-             "warning: {}: a measured step faulted {} pages on one rank (threshold {} per "
-             "step): memory is mapped inside the measured steps, so its step time is not "
-             "steady (results[].memory.page_faults_per_step)\n",
-             run.strategy, worst, kSteadyStateFaultsPerStep);
+             "warning: {}: its measured steps fault {:.0f} pages per step on a rank (median; "
+             "threshold {}): memory is mapped inside the measured steps, so its step time is "
+             "not steady (results[].memory.page_faults_per_step)\n",
+             run.strategy, median_faults_per_step(run), kSteadyStateFaultsPerStep);
 }
 
 void print_phase_table(const std::vector<StrategyRun>& runs) {

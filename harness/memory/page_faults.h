@@ -15,9 +15,9 @@ struct PageFaults {
 
 PageFaults process_page_faults();  // since the process started; zeros where unavailable
 
-// A steady-state step faulting more than this per rank is reported (a warning, and the test
-// tests/mpi/run_page_faults_test.cc fails). Counted, not timed: 64 pages of 4 KiB are 256 KiB
-// a step, under one gradient bucket of the tiny model; the churn it catches is thousands.
+// Measured steps faulting more than this per rank per step (the median over the steps) are
+// reported: a warning, and tests/mpi/run_page_faults_test.cc fails. 64 pages of 4 KiB are
+// 256 KiB a step; the churn it catches on `small` is thousands (zero3: ~10,000 per step).
 constexpr uint64_t kSteadyStateFaultsPerStep = 64;
 
 }  // namespace sb

@@ -212,10 +212,15 @@ json allocator_json(const StrategyRun& run) {
           {"hit_rate", asked > 0 ? double(run.measured_hits) / double(asked) : 1.0}};
 }
 
-bool steady_state_faults_ok(const StrategyRun& run) {
+double median_faults_per_step(const StrategyRun& run) {
+  std::vector<double> total;
   for (size_t i = 0; i < run.minor_faults.size(); ++i)
-    if (run.minor_faults[i] + run.major_faults[i] > kSteadyStateFaultsPerStep) return false;
-  return true;
+    total.push_back(double(run.minor_faults[i] + run.major_faults[i]));
+  return median(total);
+}
+
+bool steady_state_faults_ok(const StrategyRun& run) {
+  return median_faults_per_step(run) <= double(kSteadyStateFaultsPerStep);
 }
 
 json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
