@@ -110,10 +110,11 @@ def figures(plt, runs, names, trace_dir):
 def faults_cell(r):
     """Minor + major page faults per measured step (max over ranks): median, max; flagged
     when a step is above the run's threshold. '–' for files written before they were counted."""
-    f = pr.get(r, "memory.page_faults_per_step")
-    if not isinstance(f, dict):
+    f = (r.get("memory") or {}).get("page_faults_per_step")
+    try:
+        steps = [a + b for a, b in zip(f["minor"]["samples"], f["major"]["samples"])]
+    except (TypeError, KeyError):
         return "–"
-    steps = [a + b for a, b in zip(f["minor"]["samples"], f["major"]["samples"])]
     if not steps:
         return "–"
     text = f"{statistics.median(steps):.0f}, {max(steps)}"
