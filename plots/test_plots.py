@@ -296,6 +296,12 @@ class SchemaTest(Base):
         errs = "\n".join(sbv.consistency_errors(doc))
         self.assertIn("world_size 4 != ranks_per_node 2 x num_nodes 3", errs)
         self.assertIn("strategy also at $.results[0]", errs)
+        doc = make_results()
+        doc["results"][0]["memory"]["page_faults_per_step"]["steady"] = False  # ddp: 3 faults
+        doc["results"][3]["memory"]["page_faults_per_step"]["minor"]["max"] = 7  # zero3: 5000
+        errs = "\n".join(sbv.consistency_errors(doc))
+        self.assertIn("steady is False but the median step faults 3", errs)
+        self.assertIn("(strategy zero3).minor: median/max 5000/7", errs)
 
     def test_corrupt_and_foreign_files_rejected_in_one_line(self):
         files = [self.write("trunc.json", json.dumps(make_results())[:500]),
