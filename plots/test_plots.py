@@ -115,6 +115,7 @@ def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, s
         if name in ("fsdp_shard_grad_op", "fsdp_hybrid_shard_zero2"):
             gathered = psi * bp
         comm_buf = 25 * 2**20 if name in ("ddp", "zero2", "zero3") else 4 * 2**20
+        minor = 5000 if name == "zero3" else 3
         breakdown = {"params": int(state[0]), "gathered_params": int(gathered),
                      "grads": int(state[1]), "optimizer": int(state[2]),
                      "activations": int(act), "comm_buffers": comm_buf,
@@ -156,7 +157,17 @@ def make_results(world=4, ranks_per_node=2, n_layer=4, n_embd=256, vocab=8192, s
                        "model_state_bytes_per_rank": {"params": int(state[0]),
                                                       "grads": int(state[1]),
                                                       "optimizer": int(state[2])},
-                       "breakdown_at_peak": breakdown, "rss_hwm_bytes": int(peak * 1.3)},
+                       "breakdown_at_peak": breakdown, "rss_hwm_bytes": int(peak * 1.3),
+                       # zero3 churns (above the threshold), the rest are steady
+                       "page_faults_per_step": {
+                           "minor": {"median": minor, "max": minor, "samples": [minor] * 3},
+                           "major": {"median": 0, "max": 0, "samples": [0] * 3},
+                           "threshold": 64, "steady": minor <= 64},
+                       "allocator": {"reserved_bytes": int(peak * 1.1),
+                                     "allocated_bytes": int(peak * 0.5),
+                                     "reserved_peak_bytes": int(peak * 1.1),
+                                     "measured_hits": 300, "measured_misses": 0,
+                                     "measured_backing_frees": 0, "hit_rate": 1.0}},
             "comm": {"per_step": {"payload_bytes": int(sum(x[3] for x in kinds)),
                                   "sent_bytes_intra": int(intra_r * n),
                                   "sent_bytes_inter": int(inter_r * n),
@@ -286,6 +297,12 @@ class SchemaTest(Base):
         errs = "\n".join(sbv.consistency_errors(doc))
         self.assertIn("world_size 4 != ranks_per_node 2 x num_nodes 3", errs)
         self.assertIn("strategy also at $.results[0]", errs)
+        doc = make_results()
+        doc["results"][0]["memory"]["page_faults_per_step"]["steady"] = False  # ddp: 3 faults
+        doc["results"][3]["memory"]["page_faults_per_step"]["minor"]["max"] = 7  # zero3: 5000
+        errs = "\n".join(sbv.consistency_errors(doc))
+        self.assertIn("steady is False but the median step faults 3", errs)
+        self.assertIn("(strategy zero3).minor: median/max 5000/7", errs)
 
     def test_corrupt_and_foreign_files_rejected_in_one_line(self):
         files = [self.write("trunc.json", json.dumps(make_results())[:500]),
@@ -371,6 +388,8 @@ class PlotTest(Base):
         body = body[:body.index("</table>")]
         self.assertEqual(body.count("<tr>") - 1, len(ALL_STRATEGIES))  # minus the header row
         self.assertIn("<td>oom</td>", body)
+        self.assertIn("faults/step (median, max)", body)  # beside the step time
+        self.assertIn("<td>3, 3</td>", body)
         self.assertIn('<table id="baseline">', page)
         self.assertIn('class="REGRESSED"', page)  # zero3 ok -> oom
         self.assertIn("Trends over 2 dated runs", page)

@@ -14,6 +14,7 @@ non-shardbench files).
 import json
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -150,6 +151,29 @@ def _num(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def fault_errors(r, i, doc):
+    """memory.page_faults_per_step: median and max agree with the samples, steady with the
+    median of minor + major against the threshold (harness/run/report.cc)."""
+    f = (r.get("memory") or {}).get("page_faults_per_step") if isinstance(r.get("memory"), dict) \
+        else None
+    if not isinstance(f, dict):
+        return []
+    where = json_path(["results", i, "memory", "page_faults_per_step"], doc)
+    out = []
+    for kind in ("minor", "major"):
+        c = f.get(kind) or {}
+        xs = c.get("samples") or []
+        if xs and (c.get("max") != max(xs) or abs(c.get("median", -1) - statistics.median(xs)) > 1e-9):
+            out.append(f"{where}.{kind}: median/max {c.get('median')}/{c.get('max')} do not match "
+                       f"the samples {xs}")
+    total = [a + b for a, b in zip((f.get("minor") or {}).get("samples") or [],
+                                   (f.get("major") or {}).get("samples") or [])]
+    if total and f.get("steady") != (statistics.median(total) <= f.get("threshold", 0)):
+        out.append(f"{where}: steady is {f.get('steady')} but the median step faults "
+                   f"{statistics.median(total)} against a threshold of {f.get('threshold')}")
+    return out
+
+
 def consistency_errors(doc):
     """Cross-field checks the schema cannot express; skips whatever the schema already flags."""
     out = []
@@ -177,6 +201,7 @@ def consistency_errors(doc):
                 out.append(f"{json_path(['results', i, 'step_time_s'], doc)}: expected "
                            f"min <= median <= p95 <= max, got {st['min']}, {st['median']}, "
                            f"{st['p95']}, {st['max']}")
+        out.extend(fault_errors(r, i, doc))
         ps = (r.get("comm") or {}).get("per_step") if isinstance(r.get("comm"), dict) else None
         if isinstance(ps, dict) and all(_num(ps.get(k)) for k in
                                         ("sent_bytes_intra", "sent_bytes_inter",

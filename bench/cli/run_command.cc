@@ -26,6 +26,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
+#include "harness/memory/page_faults.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
 #include "harness/run/hardware.h"
@@ -196,6 +197,17 @@ RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
 // Where the step went (median over measured steps of the slowest rank's phases, seconds).
+// A steady-state step that faults pages maps memory the step before did not keep: its time
+// then includes the kernel's page-table work, which depends on malloc and on the strategies
+// run before it (docs/measurement.md). Said on stderr; the result still stands.
+void warn_page_faults(const StrategyRun& run) {
+  fmt::print(stderr,
+             "warning: {}: its measured steps fault {:.0f} pages per step on a rank (median; "
+             "threshold {}): memory is mapped inside the measured steps, so its step time is "
+             "not steady (results[].memory.page_faults_per_step)\n",
+             run.strategy, median_faults_per_step(run), kSteadyStateFaultsPerStep);
+}
+
 void print_phase_table(const std::vector<StrategyRun>& runs) {
   fmt::print("\n{:<26} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n", "phases (median s)",
              "forward", "backward", "optimizer", "exposed", "other", "step", "comm busy",
@@ -432,6 +444,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                    run.error);
       std::fflush(stdout);
     }
+    if (root && run.status == "ok" && !steady_state_faults_ok(run)) warn_page_faults(run);
     if (!a.trace.empty() && run.status == "ok") {  // every rank: the gather is collective
       const std::string path = write_strategy_trace(a.trace, run.strategy, run.trace, mpi);
       if (root && !a.quiet) fmt::print("        trace: {}\n", path);

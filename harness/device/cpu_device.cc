@@ -94,6 +94,8 @@ CpuDevice::CpuDevice() {
   // setting other than 1 (someone measuring threaded BLAS on purpose).
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");
   if (env == nullptr || std::atoi(env) == 1) openblas_set_num_threads(1);
+  cache_ = std::make_unique<CachingAllocator>(
+      prefaulted_host_allocator(), [](void* p, size_t bytes) { std::memset(p, 0, bytes); });
 }
 
 void CpuDevice::copy_to_device(void* dst, const void* src, size_t bytes) {

@@ -1,7 +1,10 @@
 // CpuDevice: the Device kernels on the host, every matmul through OpenBLAS cblas_sgemm (one
 // BLAS thread per rank: ranks are the parallelism) and the rest as tight loops that -O3
-// vectorises. It holds no state beyond the BLAS thread setting; memory is plain host memory.
+// vectorises. Memory is host memory through a caching allocator (as the CUDA device's): a
+// step reuses the blocks of the step before, so a steady-state step neither maps nor faults.
 #pragma once
+
+#include <memory>
 
 #include "harness/device/device.h"
 
@@ -12,7 +15,12 @@ class CpuDevice : public Device {  // not final: the CUDA tests derive a bf16-ma
   CpuDevice();
   std::string name() const override { return "cpu-openblas"; }
   bool is_host() const override { return true; }
-  RawAllocator allocator() override { return host_allocator(); }
+  RawAllocator allocator() override { return cache_->as_raw(); }
+  // Cached blocks go back to the OS between strategies (each starts from empty pools); the
+  // peak and the counters are the caching allocator's.
+  void trim_memory() override { cache_->empty_cache(); }
+  void reset_memory_peak() override { cache_->reset_peak(); }
+  CacheStats allocator_stats() const override { return cache_->stats(); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
@@ -64,6 +72,9 @@ class CpuDevice : public Device {  // not final: the CUDA tests derive a bf16-ma
              float beta2, float eps, float weight_decay, int step, float grad_scale) override;
   void bf16_to_f32(float* dst, const uint16_t* src, size_t n) override;
   void f32_to_bf16(uint16_t* dst, const float* src, size_t n) override;
+
+ private:
+  std::unique_ptr<CachingAllocator> cache_;
 };
 
 // Debian's OpenBLAS 0.3.21 maps AVX-512 AMD CPUs (Zen 4) to its Haswell (AVX2) kernels; its

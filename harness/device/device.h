@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "harness/memory/caching_allocator.h"
 #include "harness/memory/tracker.h"
 
 namespace sb {
@@ -61,6 +62,9 @@ class Device {
   // each strategy is measured from a clean device.
   virtual void trim_memory() {}
   virtual void reset_memory_peak() {}  // peak_reserved_bytes := reserved_bytes
+  // The counters of the caching allocator behind allocator() (CPU and CUDA: every tracked
+  // buffer comes from it); zeros for a device without one (the predictor's).
+  virtual CacheStats allocator_stats() const { return {}; }
 
   // Switches the matmul precision; returns whether the device honours it (a device without a
   // bf16 matmul stays fp32 and returns false for kBf16). bf16 operand copies are counted as

@@ -67,4 +67,13 @@ class CachingAllocator {
   CacheStats stats_;
 };
 
+// The CPU device's backing for its CachingAllocator: zero-filled host blocks, every page
+// faulted in when the block is made (so a block's first use in a step faults nothing). Blocks
+// of kMapSize and more are their own mmap(MAP_POPULATE) mapping, unmapped on release: they
+// never pass through glibc malloc, whose mmap and trim thresholds move with what was freed
+// before (so the matrix's earlier strategies would change where a later one's memory comes
+// from). Smaller blocks are aligned_alloc + memset, below glibc's mmap threshold.
+RawAllocator prefaulted_host_allocator();
+constexpr size_t kMapSize = size_t(128) << 10;  // glibc's default M_MMAP_THRESHOLD
+
 }  // namespace sb

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "harness/model/checkpointing.h"
+#include "harness/memory/page_faults.h"
 #include "harness/model/gpt.h"
 #include "harness/run/phase_clock.h"
 
@@ -189,6 +190,41 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
   };
 }
 
+json page_faults_json(const StrategyRun& run) {
+  auto stats = [](const std::vector<uint64_t>& v) {
+    std::vector<double> d(v.begin(), v.end());
+    return json{{"median", median(d)},
+                {"max", v.empty() ? 0 : *std::max_element(v.begin(), v.end())},
+                {"samples", v}};
+  };
+  return {{"minor", stats(run.minor_faults)},
+          {"major", stats(run.major_faults)},
+          {"threshold", kSteadyStateFaultsPerStep},
+          {"steady", steady_state_faults_ok(run)}};
+}
+
+json allocator_json(const StrategyRun& run) {
+  const uint64_t asked = run.measured_hits + run.measured_misses;
+  return {{"reserved_bytes", run.allocator.reserved_bytes},
+          {"allocated_bytes", run.allocator.allocated_bytes},
+          {"reserved_peak_bytes", run.allocator.peak_reserved_bytes},
+          {"measured_hits", run.measured_hits},
+          {"measured_misses", run.measured_misses},
+          {"measured_backing_frees", run.measured_backing_frees},
+          {"hit_rate", asked > 0 ? double(run.measured_hits) / double(asked) : 1.0}};
+}
+
+double median_faults_per_step(const StrategyRun& run) {
+  std::vector<double> total;
+  for (size_t i = 0; i < run.minor_faults.size(); ++i)
+    total.push_back(double(run.minor_faults[i] + run.major_faults[i]));
+  return median(total);
+}
+
+bool steady_state_faults_ok(const StrategyRun& run) {
+  return median_faults_per_step(run) <= double(kSteadyStateFaultsPerStep);
+}
+
 // What the strategy shards, over which group, at which granularity.
 json description_json(const StrategyDescription& d) {
   json shards = json::array();
@@ -264,6 +300,8 @@ json memory_json(const StrategyRun& run) {
                    {"driver_used_before_bytes", run.device_before.driver_used_bytes},
                    {"driver_used_after_bytes", run.device_after.driver_used_bytes},
                    {"driver_total_bytes", run.device_after.driver_total_bytes}};
+  m["page_faults_per_step"] = page_faults_json(run);
+  m["allocator"] = allocator_json(run);
   return m;
 }
 

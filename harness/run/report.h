@@ -39,6 +39,15 @@ void add_llama_keys(nlohmann::json& model, const GptConfig& c);
 nlohmann::json config_json(const RunConfig& cfg, const Topology& topo);
 nlohmann::json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
                            const Environment& env);
+// results[].memory.page_faults_per_step and .allocator (schema: results/schema.json).
+nlohmann::json page_faults_json(const StrategyRun& run);
+nlohmann::json allocator_json(const StrategyRun& run);
+// Minor + major faults per measured step (max over ranks), the median over the steps; ok when
+// at most kSteadyStateFaultsPerStep. The median, not the max: with overlap on, the comm
+// thread's timing can raise the number of blocks live at once in a later step, and the cache
+// then maps one more block, once (counted in allocator.measured_misses and in the max).
+double median_faults_per_step(const StrategyRun& run);
+bool steady_state_faults_ok(const StrategyRun& run);
 nlohmann::json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
                             const std::vector<nlohmann::json>& results);
 

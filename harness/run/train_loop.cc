@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "harness/common/check.h"
+#include "harness/memory/page_faults.h"
 #include "harness/model/data.h"
 #include "harness/model/gpt.h"
 
@@ -85,11 +86,13 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
   const Topology& topo = comm.topology();
   const int N = topo.world_size(), b = cfg.batch_per_rank, T = cfg.model.seq_len;
   std::vector<int> tokens(size_t(b) * T), targets(size_t(b) * T);
+  CacheStats cache_before;
   for (int step = 0; step < cfg.warmup + cfg.steps; ++step) {
     if (step == cfg.warmup) {
       memory.reset_peak();  // peak of the steady state, setup excluded
       ctx.device.synchronize();
       ctx.device.reset_memory_peak();
+      cache_before = ctx.device.allocator_stats();
       for (StepObserver* o : ctx.observers) o->measured_begin();
     }
     // Rank r of N takes global samples [s*N*b + r*b, +b) for micro-batch s = step*K + k: every
@@ -103,11 +106,13 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
     for (StepObserver* o : ctx.observers) o->before_step(step, memory);
     const size_t ledger_mark = comm.ledger().size();
     comm.reset_blocked_seconds();
+    const PageFaults faults_before = process_page_faults();
     const double t0 = ctx.device.now_s();
     clock.begin_step(step >= cfg.warmup);
     const float loss = one_step(model, strategy, step, K, tokens, targets, batch, clock);
     comm.synchronize();
     ctx.device.synchronize();
+    const PageFaults faults_after = process_page_faults();
     if (cfg.inject_slowdown > 0)  // hidden test flag: a real, proportional slowdown
       std::this_thread::sleep_for(
           std::chrono::duration<double>(cfg.inject_slowdown * (ctx.device.now_s() - t0)));
@@ -121,11 +126,17 @@ void run_steps(Workload& model, Strategy& strategy, const RunConfig& cfg, TrainC
     if (step >= cfg.warmup) {
       run.step_time_s.push_back(step_time);
       run.exposed_s.push_back(exposed);
+      run.minor_faults.push_back(faults_after.minor - faults_before.minor);
+      run.major_faults.push_back(faults_after.major - faults_before.major);
       const auto& all = comm.ledger().entries();
       run.step_entries.assign(all.begin() + long(ledger_mark), all.end());
     }
   }
   for (StepObserver* o : ctx.observers) o->measured_end();
+  run.allocator = ctx.device.allocator_stats();
+  run.measured_hits = run.allocator.hits - cache_before.hits;
+  run.measured_misses = run.allocator.misses - cache_before.misses;
+  run.measured_backing_frees = run.allocator.backing_frees - cache_before.backing_frees;
   run.phases = slowest_rank_phases(clock.local_steps(), ctx.ranks, comm.topology());
   run.trace = clock.take_trace();
 }
@@ -214,6 +225,8 @@ bool agree_on_verdict(Verdict mine, CrossRank& ranks, const Topology& topo, Stra
   run.error = msg;
   run.step_time_s.clear();
   run.step_entries.clear();
+  run.minor_faults.clear();
+  run.major_faults.clear();
   run.phases.clear();
   run.trace = RankTrace{};
   return false;
@@ -243,6 +256,13 @@ void aggregate_over_ranks(CrossRank& ranks, const Topology& topo, StrategyRun& r
   run.model_state_grads = ranks.max_u64(run.model_state_grads);
   run.model_state_optimizer = ranks.max_u64(run.model_state_optimizer);
   run.rss_hwm_bytes = ranks.max_u64(MemoryTracker::rss_hwm_bytes());
+  for (std::vector<uint64_t>* v : {&run.minor_faults, &run.major_faults})
+    for (uint64_t& f : *v) f = ranks.max_u64(f);
+  for (uint64_t* v : {&run.allocator.reserved_bytes, &run.allocator.allocated_bytes,
+                      &run.allocator.peak_reserved_bytes})
+    *v = ranks.max_u64(*v);
+  for (uint64_t* v : {&run.measured_hits, &run.measured_misses, &run.measured_backing_frees})
+    *v = ranks.sum_u64(*v);
   // What the report shows of the device's memory (report.cc), max over ranks.
   run.device_before.driver_used_bytes = ranks.max_u64(run.device_before.driver_used_bytes);
   for (uint64_t* v : {&run.device_after.reserved_bytes, &run.device_after.peak_reserved_bytes,

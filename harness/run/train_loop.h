@@ -61,6 +61,14 @@ struct StrategyRun {
   // GPU only (Device::MemoryInfo), max over ranks: the caching allocator's peak over the
   // measured steps, and the driver's view before the strategy's setup and after its steps.
   Device::MemoryInfo device_before, device_after;
+  // Per measured step, max over ranks: the rank's page faults between the step's start and its
+  // end (harness/memory/page_faults.h); a steady state with its memory cached shows ~0.
+  std::vector<uint64_t> minor_faults, major_faults;
+  // The device's caching allocator after the measured steps (bytes: max over ranks; its peak is
+  // over the measured steps), and what those steps asked of it, summed over ranks: blocks
+  // served from the cache (hits), new blocks from the OS (misses), blocks given back.
+  CacheStats allocator;
+  uint64_t measured_hits = 0, measured_misses = 0, measured_backing_frees = 0;
   std::vector<LedgerEntry> step_entries;  // this rank's collectives of the last measured step
   uint64_t payload_bytes = 0;        // this rank, per step
   HopBytes sent_local;               // this rank, per step

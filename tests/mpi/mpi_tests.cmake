@@ -46,6 +46,10 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run_mics_p2 4:1 4:4 ARGS --partition=2 --g
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_mics_p4 4:2 ARGS --partition=4 --gtest_filter=*mics*:ParityKnobs.*)
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd_mics_p3 3:1 ARGS --partition=3 --model=2,25,5,16,59 --gtest_filter=*mics*:ParityKnobs.*)
 
+# Steady state (run_page_faults_test.cc) on buffers of a few MiB, above glibc's default mmap
+# threshold, where a block that left the cache would be mapped and faulted every step.
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_steady 2:2 ARGS --model=2,128,4,64,4096 --gtest_filter=*SteadyState*)
+
 # The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
 sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)
 sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict_mics_p2 4:1 4:4 ARGS --partition=2 --gtest_filter=*mics*)

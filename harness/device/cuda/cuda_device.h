@@ -43,6 +43,7 @@ class CudaDevice : public Device {
   MemoryInfo memory_info() override;
   void trim_memory() override;
   void reset_memory_peak() override { cache_->reset_peak(); }
+  CacheStats allocator_stats() const override { return cache_->stats(); }
   const CachingAllocator& cache() const { return *cache_; }
   void synchronize() override;
   uint64_t record_event() override;
