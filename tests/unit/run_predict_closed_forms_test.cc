@@ -61,8 +61,9 @@ std::vector<Case> cases() {
   for (const char* m : {"tiny", "small"})
     v.push_back({m, "zero3", Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, 1});
   // op checkpointing: every block's recompute fires its modules' hooks (ZeRO-3 paper gathers
-  // each block a third time; FSDP's backward gather covers it).
-  for (const char* s : {"zero3", "fsdp_full_shard", "mics"})
+  // each block a third time; FSDP's backward gather covers it). MiCS's per-unit schedule under op
+  // checkpointing is pinned by the multi-rank byte test (run_bytes_test.cc).
+  for (const char* s : {"zero3", "fsdp_full_shard"})
     v.push_back({"small", s, Precision::kBf16Mixed, 0, ZeroSchedule::kPaper, kCheckpointOp});
   return v;
 }
