@@ -156,7 +156,8 @@ def prediction_invariants(doc):
 def execute(argv, out, timeout, allow_one=None):
     """Runs one case; returns the problems with it (empty: it held)."""
     try:
-        p = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(argv, env=ENV, capture_output=True, text=True, errors="replace",
+                           timeout=timeout)
     except subprocess.TimeoutExpired:
         return [f"timeout after {timeout} s"], None
     errs, lines = [], [ln for ln in p.stderr.splitlines() if ln.strip()]
