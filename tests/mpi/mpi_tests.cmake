@@ -41,9 +41,14 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 # 17,575 parameters) has a total, FSDP units (root 1,925, blocks 7,825), token embedding (1,475),
 # LayerNorms and projection biases (25) that divide by neither 2 nor 3, so at a world of 3 every
 # flat buffer, bucket, unit and most tensor shards are padded and every ring has uneven chunks.
-# Under ASan on every change: 3:1, where every strategy of the registry (the suites are generated
-# from it: every family) trains with padding in every buffer and uneven ring chunks.
-sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 SANITIZE 3:1 ARGS --model=2,25,5,16,59)
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 ARGS --model=2,25,5,16,59)
+# Under ASan on every change: the suites instantiated over the registry (AllStrategies/: parity,
+# bytes, model state of every strategy, so of every family) on the odd shape at 3:1, where every
+# buffer is padded and every ring chunk uneven. The nightly runs all of mpi_run_odd under ASan.
+if(SB_SANITIZE)
+  sb_add_mpi_tests(sb_mpi_run_tests mpi_run_strategies 3:1 SANITIZE 3:1
+                   ARGS --model=2,25,5,16,59 --gtest_filter=AllStrategies/*)
+endif()
 # The Llama block (--arch llama): parity of every strategy against the 1-rank run, closed-form
 # bytes and memory, on llama-tiny (GQA 4 heads on 2) and at a world of 3 on llama-tiny-pad,
 # whose total, units and tensors divide by neither 2 nor 3.
