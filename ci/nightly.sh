@@ -15,7 +15,7 @@
 #   cp results/nightly/<date>/*-np*-*.json results/baseline/   (the cell files only)
 #
 # Knobs (environment): MATRIX=ci/matrix/nightly.toml BASELINE_DIR=results/baseline
-#   THRESHOLD_PCT=15 BENCH_NP=2 SKIP_BUILD=0 JOBS=2
+#   THRESHOLD_PCT=15 BENCH_NP=2 SKIP_BUILD=0 JOBS=2 SKIP_SANITIZE=0 (1: no ASan part)
 # Exit status: 0 all good; 1 a regression against a baseline; 2 a step failed (build, a
 #   cell, invalid results, micro-benchmarks, plots, or a comparison that could not be made);
 #   3 already running.
@@ -124,6 +124,12 @@ for f in "$OUTDIR"/*-np*-*.json; do
   ./build/shardbench report "${report_args[@]}" >/dev/null || failed+=("report: $id")
   reports=$((reports + 1))
 done
+
+# --- the sanitizers: every multi-rank shape, the sweep's whole grid, the fuzzers ----------------
+if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
+  step "ASan/UBSan: full multi-rank matrix, property sweep grid, fuzzers (ci/nightly_sanitize.sh)"
+  ./ci/nightly_sanitize.sh || failed+=("nightly_sanitize.sh (see its FAILED line above)")
+fi
 
 # --- summary ------------------------------------------------------------------------------------
 step "summary"

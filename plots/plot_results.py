@@ -92,7 +92,7 @@ def load_runs(paths, labels):
             problems = sbv.schema_errors(doc)
         except sbv.BadInput as e:  # jsonschema missing: plot anyway
             problems = [f"(schema not checked: {e})"]
-        if problems:
+        if problems and doc.get("results"):  # none: the caller's one-line refusal says so
             print(f"warning: {path}: {len(problems)} schema problem(s), plotting what is there; "
                   f"first: {problems[0]}", file=sys.stderr)
         label = labels[i] if labels and i < len(labels) else Path(path).stem

@@ -12,6 +12,9 @@ ParamShards ParamShards::build(const ModelLayout& model, const std::vector<int>&
   s.params.reserve(tensors.size());  // optimizers keep a reference to `flat`
   for (int t : tensors) {
     const ParamTensor& p = model.tensors[t];
+    // A 0-d tensor has no dim 0 to chunk (torch.chunk refuses one too); every layout gives
+    // each tensor its shape, a bare --params count included (model_shape.cc).
+    if (p.shape.empty()) throw std::logic_error(p.name + ": a parameter without a shape");
     const uint64_t row = pad_rows ? p.numel / uint64_t(p.shape.front()) : 1;
     ParamShard& P = s.params.emplace_back();
     P.tensor = t;

@@ -34,12 +34,26 @@ void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType
   device.copy_to_device(dst, h.data(), h.size() * 2);
 }
 
+namespace {
+// The smallest divisor of m that is >= lo (m itself at worst): the first g DeepSpeed's step-up
+// search stops at, found over the divisor pairs (d, m / d) with d <= sqrt(m), so a shard of
+// 10^15 elements costs 10^7 steps, not the search's up to m (predict --params would hang).
+uint64_t smallest_divisor_at_least(uint64_t m, uint64_t lo) {
+  uint64_t best = m;
+  for (uint64_t d = 1; d <= m / d; ++d) {
+    if (m % d != 0) continue;
+    if (d >= lo) return std::min(best, d);  // d grows: later small divisors are larger
+    if (m / d >= lo) best = std::min(best, m / d);
+  }
+  return best;
+}
+}  // namespace
+
 uint64_t qwz_blocks(uint64_t n) {
   if (n == 0) return 1;
   const uint64_t first = (n + kTargetBlock - 1) / kTargetBlock;
-  uint64_t g = first;
-  while (g < n && n % (8 * g) != 0) ++g;
-  if (n % (8 * g) != 0) return first;  // DeepSpeed asserts here; see the header
+  if (n % 8 != 0) return first;  // no 8·g divides n: DeepSpeed asserts here; see the header
+  uint64_t g = smallest_divisor_at_least(n / 8, first);
   while (n % (16 * g) == 0 && n / g > kTargetBlock) g *= 2;
   return g;
 }

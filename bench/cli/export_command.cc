@@ -34,7 +34,8 @@ std::string read_text(const std::string& file) {
 // The results files `file` stands for: itself, or the cells of a matrix index (ci/matrix.py).
 std::vector<std::string> expand_index(const std::string& file, const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value("kind", "") != "matrix-index") return {file};
+  // Compared as JSON: a "kind" that is not a string (null, a number) is not an index either.
+  if (!doc.is_object() || !doc.contains("kind") || doc.at("kind") != "matrix-index") return {file};
   std::vector<std::string> files;
   const auto dir = std::filesystem::path(file).parent_path();
   for (const json& cell : doc.value("cells", json::array()))

@@ -18,7 +18,8 @@ enum class InitKind { kNormal, kNormalResidual, kZeros, kOnes };
 struct ParamTensor {
   std::string name;          // e.g. "h.3.attn.qkv.weight"
   uint64_t numel = 0;
-  std::vector<int> shape;    // row-major; linear weights are [out, in]
+  std::vector<int64_t> shape;  // row-major; linear weights are [out, in]; never empty (a bare
+                               // --params count is one 1-D tensor of more than 2^31 elements)
   int segment = 0;           // 0 = embedding, 1..L = block, L+1 = head
   bool decay = false;        // AdamW weight decay applies (matrices and embeddings, as GPT-2)
   InitKind init = InitKind::kZeros;

@@ -20,9 +20,9 @@ class LayoutBuilder {
     layout_.num_segments = c.n_layer + 2;
   }
   // Appends a tensor of `shape` (row-major; linear weights [out, in]); returns its index.
-  int tensor(std::string name, std::vector<int> shape, int segment, bool decay, InitKind init) {
+  int tensor(std::string name, std::vector<int64_t> shape, int segment, bool decay, InitKind init) {
     uint64_t numel = 1;
-    for (int d : shape) numel *= uint64_t(d);
+    for (int64_t d : shape) numel *= uint64_t(d);
     layout_.tensors.push_back({std::move(name), numel, std::move(shape), segment, decay, init});
     return int(layout_.tensors.size()) - 1;
   }

@@ -2,6 +2,7 @@
 #include "harness/predict/cluster.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -157,14 +158,42 @@ double num(const nlohmann::json& j, const char* key, double def) {
   if (!j.contains(key)) return def;
   if (!j[key].is_number())
     throw std::invalid_argument(std::string("cluster key '") + key + "' must be a number");
-  return j[key].get<double>();
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v))
+    throw std::invalid_argument(std::string("cluster key '") + key + "' must be finite");
+  return v;
+}
+
+// Every key is checked for its type before it is read: a file is the user's input, and a key
+// of the wrong type is a one-line refusal naming it, never an exception nlohmann throws.
+std::string text(const nlohmann::json& j, const char* key, const std::string& def) {
+  if (!j.contains(key)) return def;
+  if (!j[key].is_string())
+    throw std::invalid_argument(std::string("cluster key '") + key + "' must be a string");
+  return j[key].get<std::string>();
+}
+
+bool flag(const nlohmann::json& j, const char* key, bool def) {
+  if (!j.contains(key)) return def;
+  if (!j[key].is_boolean())
+    throw std::invalid_argument(std::string("cluster key '") + key + "' must be true or false");
+  return j[key].get<bool>();
+}
+
+int count(const nlohmann::json& j, const char* key, int def) {  // a whole number of ranks, cores
+  const double v = num(j, key, def);
+  if (!(v >= 0 && v <= (1 << 24) && v == double(int(v))))
+    throw std::invalid_argument(std::string("cluster key '") + key +
+                                "' must be a whole number in 0..16777216");
+  return int(v);
 }
 
 LinkClass link_from(const nlohmann::json& j, const LinkClass& def) {
+  if (!j.is_object()) throw std::invalid_argument("cluster keys 'intra', 'inter' must be objects");
   LinkClass l = def;
   l.bw_bytes_per_s = num(j, "bw_bytes_per_s", def.bw_bytes_per_s);
   l.latency_s = num(j, "latency_s", def.latency_s);
-  if (j.contains("per_rank")) l.per_rank = j["per_rank"].get<bool>();
+  l.per_rank = flag(j, "per_rank", def.per_rank);
   return l;
 }
 
@@ -273,9 +302,9 @@ nlohmann::json cluster_json(const Cluster& c) {
 Cluster cluster_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("--cluster: the file must hold a JSON object");
   Cluster c;
-  if (j.contains("base")) c = load_cluster(j["base"].get<std::string>());  // edit a preset
-  c.name = j.value("name", c.name.empty() ? std::string("custom") : c.name);
-  c.device = j.value("device", c.device);
+  if (j.contains("base")) c = load_cluster(text(j, "base", ""));  // edit a preset
+  c.name = text(j, "name", c.name.empty() ? std::string("custom") : c.name);
+  c.device = text(j, "device", c.device);
   c.peak_flops_bf16 = num(j, "peak_flops_bf16", c.peak_flops_bf16);
   c.peak_flops_fp32 = num(j, "peak_flops_fp32", c.peak_flops_fp32);
   c.compute_efficiency = num(j, "compute_efficiency", c.compute_efficiency);
@@ -283,20 +312,16 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.device_memory_bytes = num(j, "device_memory_bytes", c.device_memory_bytes);
   c.memory_bw_bytes_per_s = num(j, "memory_bw_bytes_per_s", c.memory_bw_bytes_per_s);
   c.base_latency_s = num(j, "base_latency_s", c.base_latency_s);
-  c.ranks_per_node = int(num(j, "ranks_per_node", c.ranks_per_node));
-  c.host_cores = int(num(j, "host_cores", c.host_cores));
+  c.ranks_per_node = count(j, "ranks_per_node", c.ranks_per_node);
+  c.host_cores = count(j, "host_cores", c.host_cores);
   c.cuda_context_bytes = num(j, "cuda_context_bytes", c.cuda_context_bytes);
   c.nccl_buffsize_bytes = num(j, "nccl_buffsize_bytes", c.nccl_buffsize_bytes);
-  c.nccl_channels = int(num(j, "nccl_channels", c.nccl_channels));
-  if (j.contains("bf16_matmul")) {
-    if (!j["bf16_matmul"].is_boolean())
-      throw std::invalid_argument("cluster key 'bf16_matmul' must be true or false");
-    c.bf16_matmul = j["bf16_matmul"].get<bool>();
-  }
+  c.nccl_channels = count(j, "nccl_channels", c.nccl_channels);
+  c.bf16_matmul = flag(j, "bf16_matmul", c.bf16_matmul);
   if (j.contains("intra")) c.intra = link_from(j["intra"], c.intra);
   if (j.contains("inter")) c.inter = link_from(j["inter"], c.inter);
   if (j.contains("kernels")) c.kernels = kernels_from(j["kernels"], c.kernels);
-  c.source = j.value("source", c.source);
+  c.source = text(j, "source", c.source);
   auto bad = [&](const char* why) {
     throw std::invalid_argument("--cluster " + c.name + ": " + why);
   };

@@ -93,7 +93,9 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
   s->config.seq_len = seq_len;
   s->layout.config = s->config;
   s->layout.num_segments = 1;
-  s->layout.tensors.push_back({"params", params, {}, 0, true, InitKind::kZeros});
+  // One 1-D tensor of the whole count: FSDP2's per-parameter shards chunk its dim 0 (each
+  // element a row, padded to the shard count) as every other strategy's flat buffer does.
+  s->layout.tensors.push_back({"params", params, {int64_t(params)}, 0, true, InitKind::kZeros});
   s->layout.modules.push_back({"params", ModuleKind::kLinear, 0, {0}});
   finish(*s);
   return s;

@@ -4,10 +4,12 @@
 # yield_when_idle: oversubscribed ranks otherwise busy-poll and starve each other on few cores.
 set(SB_MPI_TEST_ENV ${SB_TEST_ENV} OMPI_MCA_mpi_yield_when_idle=1)
 
-# sb_add_mpi_tests(<target> <name prefix> <np:rpn>...) adds one entry per shape, e.g. 4:2;
-# extra arguments for the binary go after ARGS (e.g. ARGS --model=SPEC).
+# sb_add_mpi_tests(<target> <name prefix> <np:rpn>... [SANITIZE <np:rpn>] [ARGS ...]) adds one
+# entry per shape, e.g. 4:2; extra arguments for the binary go after ARGS (e.g. --model=SPEC).
+# SANITIZE names the one shape of the call that also runs under ASan/UBSan on every change
+# (label "sanitize", ci/sanitize.sh); every shape runs under them in the nightly.
 function(sb_add_mpi_tests target prefix)
-  cmake_parse_arguments(PARSE_ARGV 2 opt "" "" "ARGS")
+  cmake_parse_arguments(PARSE_ARGV 2 opt "" "SANITIZE" "ARGS")
   foreach(shape IN LISTS opt_UNPARSED_ARGUMENTS)
     string(REPLACE ":" ";" parts ${shape})
     list(GET parts 0 np)
@@ -15,8 +17,12 @@ function(sb_add_mpi_tests target prefix)
     set(name ${prefix}_np${np}_rpn${rpn})
     add_test(NAME ${name} COMMAND ${SB_MPIRUN} -np ${np} $<TARGET_FILE:${target}> --rpn=${rpn}
                                   ${opt_ARGS})
+    set(labels "mpi")
+    if(shape STREQUAL opt_SANITIZE)
+      list(APPEND labels "sanitize")
+    endif()
     set_tests_properties(${name} PROPERTIES ENVIRONMENT "${SB_MPI_TEST_ENV}" TIMEOUT 300
-                         PROCESSORS ${np} LABELS "mpi")
+                         PROCESSORS ${np} LABELS "${labels}")
   endforeach()
 endfunction()
 
@@ -27,13 +33,22 @@ foreach(target sb_mpi_comm_tests sb_mpi_run_tests sb_mpi_predict_tests)
   endif()
 endforeach()
 
-sb_add_mpi_tests(sb_mpi_comm_tests mpi_comm 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)
+# Under ASan on every change: every collective (ring and native, all-to-all included) at 4:2,
+# where world, node and cross-node groups all have two or more ranks.
+sb_add_mpi_tests(sb_mpi_comm_tests mpi_comm 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4 SANITIZE 4:2)
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run 1:1 2:1 2:2 4:1 4:2)
 # Padding: `tiny`'s tensors all divide 1, 2 and 4. The odd shape (L=2, C=25, H=5, T=16, V=59:
 # 17,575 parameters) has a total, FSDP units (root 1,925, blocks 7,825), token embedding (1,475),
 # LayerNorms and projection biases (25) that divide by neither 2 nor 3, so at a world of 3 every
 # flat buffer, bucket, unit and most tensor shards are padded and every ring has uneven chunks.
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd 3:1 3:3 ARGS --model=2,25,5,16,59)
+# Under ASan on every change: the suites instantiated over the registry (AllStrategies/: parity,
+# bytes, model state of every strategy, so of every family) on the odd shape at 3:1, where every
+# buffer is padded and every ring chunk uneven. The nightly runs all of mpi_run_odd under ASan.
+if(SB_SANITIZE)
+  sb_add_mpi_tests(sb_mpi_run_tests mpi_run_strategies 3:1 SANITIZE 3:1
+                   ARGS --model=2,25,5,16,59 --gtest_filter=AllStrategies/*)
+endif()
 # The Llama block (--arch llama): parity of every strategy against the 1-rank run, closed-form
 # bytes and memory, on llama-tiny (GQA 4 heads on 2) and at a world of 3 on llama-tiny-pad,
 # whose total, units and tensors divide by neither 2 nor 3.

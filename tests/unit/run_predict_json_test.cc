@@ -85,6 +85,17 @@ TEST(PredictJson, ClusterPresetsRoundTripAndCiteTheirSources) {
   EXPECT_THROW(load_cluster("no-such-cluster"), std::invalid_argument);
   EXPECT_THROW(cluster_from_json({{"base", "h200"}, {"peak_flops_bf16", -1}}),
                std::invalid_argument);
+  // Keys of the wrong type (found by tests/fuzz/fuzz_configs.py: nlohmann's type_error once
+  // escaped as SIGABRT) and counts no int holds are refusals naming the key.
+  for (const nlohmann::json& j :
+       {nlohmann::json{{"base", 1}}, nlohmann::json{{"base", "h200"}, {"name", -1}},
+        nlohmann::json{{"base", "h200"}, {"device", nullptr}},
+        nlohmann::json{{"base", "h200"}, {"source", {1, 2}}},
+        nlohmann::json{{"base", "h200"}, {"intra", 3}},
+        nlohmann::json{{"base", "h200"}, {"inter", {{"per_rank", "yes"}}}},
+        nlohmann::json{{"base", "h200"}, {"ranks_per_node", 1e300}},
+        nlohmann::json{{"base", "h200"}, {"host_cores", 2.5}}})
+    EXPECT_THROW(cluster_from_json(j), std::invalid_argument) << j.dump();
 }
 
 }  // namespace

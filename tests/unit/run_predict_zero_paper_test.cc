@@ -9,17 +9,18 @@
 #include <cmath>
 
 #include "harness/predict/predict.h"
+#include "tests/closed_forms.h"
 
 namespace sb {
 namespace {
 
 Prediction bare(double psi, int n, const std::string& strategy,
-               ZeroSchedule schedule = ZeroSchedule::kPaper) {
+               ZeroSchedule schedule = ZeroSchedule::kPaper, int rpn = 0) {
   PredictConfig cfg;
   apply_zero_schedule(schedule, cfg.options);
   cfg.model = bare_shape(uint64_t(psi));
   cfg.world = n;
-  cfg.ranks_per_node = n % 8 == 0 ? 8 : n;
+  cfg.ranks_per_node = rpn > 0 ? rpn : n % 8 == 0 ? 8 : n;
   cfg.options.precision = Precision::kBf16Mixed;
   cfg.options.ddp.bf16_params = true;  // the paper's DDP keeps fp16 params and grads (not autocast)
   return predict(cfg, strategy, load_cluster("dgx-a100-80g"));
@@ -100,6 +101,27 @@ TEST(PredictZeroPaper, BareCountReportsModelStateOnly) {
   EXPECT_TRUE(p.model_state_only);
   EXPECT_EQ(p.activations, 0u);
   EXPECT_EQ(p.peak, p.state_params + p.state_grads + p.state_optimizer);
+}
+
+// Every strategy of the registry shards a bare count (`predict --params 7.5e9` once crashed in
+// FSDP2's per-parameter shards: the count's one tensor had no shape), to the closed forms'
+// model state: one 1-D tensor of Ψ elements (more than 2^31), padded to each shard group —
+// also where Ψ is smaller than the world, and on nodes that split the world unevenly in groups.
+TEST(PredictZeroPaper, EveryStrategyShardsABareCountToTheClosedForms) {
+  for (const std::string& s : strategy_names())
+    for (double psi : {7.5e9, 17.0})
+      for (auto [n, g] : {std::pair{1, 1}, std::pair{3, 3}, std::pair{8, 8}, std::pair{16, 8},
+                          std::pair{17, 1}}) {
+        const Prediction p = bare(psi, n, s, ZeroSchedule::kPaper, g);
+        const closed_forms::ModelState want = closed_forms::expected_state(
+            s, bare_shape(uint64_t(psi))->layout, Precision::kBf16Mixed, 0, n, g, 0, /*ddp_bf16_params=*/true);
+        const std::string at = s + " psi " + std::to_string(psi) + " at " + std::to_string(n) +
+                               "x" + std::to_string(g);
+        EXPECT_EQ(p.state_params, want.params) << at;
+        EXPECT_EQ(p.state_grads, want.grads) << at;
+        EXPECT_EQ(p.state_optimizer, want.optimizer) << at;
+        EXPECT_TRUE(std::isfinite(p.step_s) && p.step_s > 0) << at;
+      }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "harness/device/device.h"
 #include "strategies/quantize.h"
+#include "tests/closed_forms.h"
 
 namespace sb {
 namespace {
@@ -21,6 +22,17 @@ TEST(QwzBlocks, DeepSpeedsSearch) {
   EXPECT_EQ(qwz_blocks(8008), 7u);   // ceil = 2; 8008 = 8·7·11·13: the first g with 8g | n is 7
   EXPECT_EQ(qwz_blocks(65536), 16u);  // ceil = 9 -> 16 (8·16 | 65536), 4096 per block
   EXPECT_EQ(qwz_blocks(20), 1u);     // not a multiple of 8 (DeepSpeed asserts): ceil(20/8000)
+}
+
+// DeepSpeed's step-up search written out (one g at a time: closed_forms::ds_quant_blocks)
+// against the divisor search at every n up to 200,000; and shards whose search would walk ~10^9 steps (2^30 + 1, odd; 8 times the
+// prime 10^9 + 7), which `predict --params 2147483649 --zero-quantized-weights` once hung on.
+TEST(QwzBlocks, EqualsTheStepUpSearchAndStaysFastOnHugeShards) {
+  for (uint64_t n = 1; n <= 200'000; ++n)
+    ASSERT_EQ(qwz_blocks(n), closed_forms::ds_quant_blocks(n)) << n;
+  EXPECT_EQ(qwz_blocks((1ull << 30) + 1), ((1ull << 30) + 1 + 7999) / 8000);
+  EXPECT_EQ(qwz_blocks(8ull * 1'000'000'007ull), 1'000'000'007ull);
+  EXPECT_EQ(qwz_blocks(8ull << 40), 1ull << 31);  // first 1,099,511,628: the next 2^k, 4096 each
 }
 
 // Symmetric 8-bit: step = absmax/128, codes rounded to nearest, so |error| <= step/2, except
