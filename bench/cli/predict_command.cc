@@ -4,12 +4,15 @@
 // line naming the flag and exit 2 (UsageError), like `run`.
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
+#include "bench/cli/fsdp_config.h"
 #include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/model/checkpointing.h"
@@ -59,6 +62,8 @@ struct PredictArgs {
   int sweep = 0;
   bool show_cluster = false;
   std::string json;
+  std::string fsdp_config;  // --fsdp-config FILE, as `run --fsdp-config` reads it
+  std::set<std::string> given;
 };
 
 PredictArgs g_args;
@@ -153,18 +158,43 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   return cfg;
 }
 
-// --ds-config: the file's knobs over the flags', exactly as `run` applies them (ds_config.cc);
-// returns the strategies to predict (the file's stage picks the ZeRO one).
-std::vector<std::string> apply_ds_config(const PredictArgs& a, PredictConfig& cfg) {
-  const std::vector<std::string> listed = parse_strategy_list(a.strategies);
-  if (a.ds_config.empty()) return listed;
-  require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
-          "shipped with --ds-config (the file configures DeepSpeed as shipped)");
-  RunConfig run;
-  run.options = cfg.options;
-  const DsConfig d = read_ds_config(a.ds_config, run);
-  cfg.options = d.applied.options;
-  return ds_config_strategies(d.stage, listed, a.strategies == "all");
+// --ds-config and --fsdp-config: each file's knobs for its own rows, exactly as `run` binds
+// them (bench/cli/config_binding.h); returns the strategies to predict (a file's stage or
+// sharding_strategy picks its strategy).
+std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig& cfg,
+                                      BoundOptions& b) {
+  std::vector<std::string> names = parse_strategy_list(a.strategies);
+  b.flags = cfg.options;
+  if (!a.ds_config.empty()) {
+    require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
+            "shipped with --ds-config (the file configures DeepSpeed as shipped)");
+    RunConfig run;
+    run.options = cfg.options;
+    const DsConfig d = read_ds_config(a.ds_config, run);
+    check_flag_conflicts(a.given, cfg.options, d.applied.options, ConfigFamily::kDeepSpeed,
+                         a.ds_config);
+    b.ds = d.applied.options;
+    b.ds_path = a.ds_config;
+    names = ds_config_strategies(d.stage, names, a.strategies == "all");
+  }
+  if (!a.fsdp_config.empty()) {
+    StrategyOptions f = cfg.options;
+    read_fsdp_config(a.fsdp_config, f);
+    check_flag_conflicts(a.given, cfg.options, f, ConfigFamily::kFsdp, a.fsdp_config);
+    b.fsdp = f;
+    b.fsdp_path = a.fsdp_config;
+    const bool all = a.strategies == "all";
+    names = fsdp_config_strategies(f.fsdp_config.strategy,
+                                   all && a.ds_config.empty() ? std::vector<std::string>{} : names,
+                                   all);
+  }
+  return names;
+}
+
+PredictConfig row_config(const PredictConfig& cfg, const BoundOptions& b, const std::string& s) {
+  PredictConfig row = cfg;
+  row.options = b.for_strategy(s);
+  return row;
 }
 
 void write_document(const std::string& path, const nlohmann::json& doc) {
@@ -177,7 +207,8 @@ void write_document(const std::string& path, const nlohmann::json& doc) {
 
 std::string gib(double bytes) { return fmt::format("{:.2f}", bytes / double(1ull << 30)); }
 
-void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps) {
+void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps,
+                 const BoundOptions& b, const std::vector<std::string>& differ) {
   const ModelShape& m = *cfg.model;
   fmt::print(
       "shardbench predict: {} ({:.3g} params), world {} = {} node(s) x {}, batch {}/rank x "
@@ -214,10 +245,19 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
       u, gib(ps.empty() ? 0 : ps.front().limit_bytes),
       cfg.model->bare ? "; --params: model state only" : "",
       cfg.options.overlap ? "with" : "without");
+  if (differ.empty()) return;
+  fmt::print("rows differ in {}; each row's settings:\n", fmt::join(differ, ", "));
+  for (const Prediction& p : ps) {
+    const nlohmann::json r = row_settings(p.strategy, b, cfg.batch_per_rank);
+    fmt::print("  {:<22} {}, overlap {}, bucket {:g} MiB, batch {} x {} micro-batches ({})\n",
+               p.strategy, r["precision"].get<std::string>(), r["overlap"] ? "on" : "off",
+               r["bucket_mb"].get<double>(), cfg.batch_per_rank, r["grad_accum"].get<int>(),
+               r["configured_by"].get<std::string>());
+  }
 }
 
 int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::string>& names,
-            const PredictArgs& a) {
+            const PredictArgs& a, const BoundOptions& b) {
   std::vector<nlohmann::json> results;
   const ModelShape& m = *cfg.model;
   fmt::print(
@@ -230,7 +270,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
                                            cfg.options.precision == Precision::kBf16Mixed))));
   fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "peak GiB");
   for (const std::string& s : names) {
-    const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
+    const FitResult f = smallest_fitting_world(row_config(cfg, b, s), s, cl, a.max_world);
     if (f.min_world == 0) {
       fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, fmt::format("> {}", a.max_world), "-", "-");
       results.push_back(
@@ -242,13 +282,15 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
                gib(double(f.at_min.peak)));
     nlohmann::json r = prediction_json(f.at_min);
     r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
+    r["settings"] = row_settings(s, b, cfg.batch_per_rank);
     results.push_back(r);
   }
   if (!a.json.empty()) write_document(a.json, prediction_document(cfg, cl, results));
   return 0;
 }
 
-int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::string>& names, int n) {
+int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::string>& names, int n,
+              const BoundOptions& b) {
   const auto t0 = std::chrono::steady_clock::now();
   int done = 0, fits = 0;
   const int G = cfg.ranks_per_node;
@@ -256,7 +298,7 @@ int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::strin
     for (int nodes = 1; nodes <= 1024 && done < n; nodes *= 2)
       for (const std::string& s : names) {
         cfg.world = nodes * G;
-        fits += predict(cfg, s, cl).fits ? 1 : 0;
+        fits += predict(row_config(cfg, b, s), s, cl).fits ? 1 : 0;
         if (++done == n) break;
       }
   }
@@ -360,6 +402,9 @@ void add_predict_command(CLI::App& app) {
   p->add_flag("--show-cluster", a.show_cluster,
               "Print the cluster as JSON (a template for --cluster FILE)");
   p->add_option("--json", a.json, "Write the prediction document here");
+  p->add_option("--fsdp-config", a.fsdp_config,
+                "JSON of FullyShardedDataParallel arguments (as run --fsdp-config): its fsdp_* rows only");
+  record_given_flags(p, a.given);
 }
 
 static int predict_all(const PredictArgs& a) {
@@ -374,19 +419,27 @@ static int predict_all(const PredictArgs& a) {
     return 0;
   }
   PredictConfig cfg = to_config(a, cl);
-  const std::vector<std::string> names = apply_ds_config(a, cfg);
+  BoundOptions bound;
+  const std::vector<std::string> names = bind_configs(a, cfg, bound);
+  std::vector<std::string> differ;  // the document's config: what every row shares
+  cfg.options = bound.common(names, differ);
+  const std::string unequal = unequal_rows_warning(names, bound);
+  if (!unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
-  if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
-  if (a.fit) return run_fit(cfg, cl, names, a);
+  if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep, bound);
+  if (a.fit) return run_fit(cfg, cl, names, a, bound);
   std::vector<Prediction> ps;
   std::vector<nlohmann::json> results;
   for (const std::string& s : names) {
-    ps.push_back(predict(cfg, s, cl));
+    ps.push_back(predict(row_config(cfg, bound, s), s, cl));
     results.push_back(prediction_json(ps.back()));
+    results.back()["settings"] = row_settings(s, bound, cfg.batch_per_rank);
   }
-  print_table(cfg, cl, ps);
+  print_table(cfg, cl, ps, bound, differ);
   if (!a.json.empty()) {
-    write_document(a.json, prediction_document(cfg, cl, results));
+    nlohmann::json doc = prediction_document(cfg, cl, results);
+    if (!differ.empty()) doc["config"]["rows_differ"] = differ;
+    write_document(a.json, doc);
     fmt::print("prediction: {}\n", a.json);
   }
   return 0;

@@ -21,6 +21,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "bench/cli/ds_config.h"
 #include "bench/cli/fsdp_config.h"
 #include "bench/cli/peak_calibration.h"
+#include "bench/cli/config_binding.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
@@ -168,7 +169,7 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
     const nlohmann::json tp = it != results.end() ? it->value("throughput", nlohmann::json::object())
                                                   : nlohmann::json::object();
     fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f} {:>5.1f}% {:>5.1f}%  ok\n",
-               r.strategy, tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
+               r.strategy, tp.value("tokens_per_s", tokens_per_step / med), med, mib(r.peak_bytes), mib(r.sent_intra_all),
                mib(r.sent_inter_all), median(r.exposed_s), 100 * tp.value("mfu", 0.0),
                100 * tp.value("hfu", 0.0));
   }
@@ -180,7 +181,8 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
 }  // namespace
 
 int run_command(const RunArgs& a, int argc, char** argv) {
-  RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  BoundOptions bound;
+  RunConfig cfg = to_run_config(a, &bound);  // throws UsageError before any MPI
   if (!inside_mpi_job()) {  // fail before any MPI job starts; rank 0 checks again in the job
     prepare_output_path("--out", a.out);
     OutputLock probe("--out", a.out);
@@ -210,6 +212,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                  a.ranks_per_node, mpi.world_size()));
   const Topology nodes = mpi.topology(a.ranks_per_node);
   check_group_knobs(cfg.options, nodes.world_size(), nodes.ranks_per_node());
+  if (bound.ds) check_group_knobs(*bound.ds, nodes.world_size(), nodes.ranks_per_node());
   const Topology topo = nodes.with_partition(cfg.options.mics_shard_size);
   const bool root = topo.rank() == 0;
   const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
@@ -275,11 +278,15 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                                  parse_strategy_list(a.strategies),
                                                  a.strategies == "all");
   if (!a.fsdp_config.empty())
-    names = fsdp_config_strategies(cfg.options.fsdp_config.strategy,
+    names = fsdp_config_strategies(bound.fsdp->fsdp_config.strategy,
                                    a.strategies == "all" && a.ds_config.empty()
                                        ? std::vector<std::string>{}
                                        : names,
                                    a.strategies == "all");
+  std::vector<std::string> differ;  // row settings that differ (each result has its own)
+  cfg.options = bound.common(names, differ);
+  const std::string unequal = unequal_rows_warning(names, bound);
+  if (root && !unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   const int tokens =
       topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
   if (root && !a.quiet)
@@ -304,6 +311,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   env.peak_flops_source = peak.source;
   auto document = [&] {
     nlohmann::json doc = run_document(cfg, topo, env, results);
+    if (!differ.empty()) doc["config"]["rows_differ"] = differ;
     doc["config"]["mfu_peak"] = peak.to_json();
     return doc;
   };
@@ -322,12 +330,16 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       results.push_back(it->second);
       continue;
     }
-    StrategyRun run = run_strategy(names[i], cfg, mpi, comm, *device);
+    RunConfig row = cfg;  // this row's options: its config file's, or the flags'
+    row.options = bound.for_strategy(names[i]);
+    StrategyRun run = run_strategy(names[i], row, mpi, comm, *device);
     if (root && !a.quiet) {
       if (run.status == "ok")
         fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
                    names.size(), run.strategy, median(run.step_time_s),
-                   tokens / median(run.step_time_s), mib(run.peak_bytes));
+                   tokens / cfg.options.grad_accum * row.options.grad_accum /
+                       median(run.step_time_s),
+                   mib(run.peak_bytes));
       else
         fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
                    run.error);
@@ -338,10 +350,11 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       if (root && !a.quiet) fmt::print("        trace: {}\n", path);
     }
     run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
-    nlohmann::json result = result_json(run, cfg, topo, env);
+    nlohmann::json result = result_json(run, row, topo, env);
+    result["settings"] = row_settings(names[i], bound, cfg.batch_per_rank);
     if (run.status == "ok") {
       // The model's view of the same config, and how far the measurement is from it.
-      result["prediction"] = predict_for_run(cfg, topo, names[i], cluster);
+      result["prediction"] = predict_for_run(row, topo, names[i], cluster);
       result["prediction"]["cluster"] = cluster.name;
       result["residuals"] = prediction_residuals(result["prediction"], result);
     }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
 #include "bench/cli/ddp_config.h"
 #include "bench/cli/fsdp_config.h"
@@ -143,6 +144,14 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
   app->add_option("--inject-slowdown", a.inject_slowdown, "")->group("");  // hidden test flag
   app->add_option("--peak-calibration", a.peak_calibration, "")->group("");  // launcher -> ranks
+  record_given_flags(app, a.given);
+}
+
+void record_given_flags(CLI::App* app, std::set<std::string>& given) {
+  app->final_callback([app, &given] {
+    for (const CLI::Option* opt : app->get_options())
+      if (opt->count() > 0) given.insert(opt->get_name());
+  });
 }
 
 CLI::Validator whole_number(uint64_t min, uint64_t max) {
@@ -199,7 +208,7 @@ void require(bool ok, const char* flag, const T& value, const char* allowed) {
 }
 }  // namespace
 
-RunConfig to_run_config(const RunArgs& a) {
+RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   RunConfig c;
   try {
     c.model = parse_model(a.model, a.arch);
@@ -336,11 +345,6 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.fsdp_use_orig_params == "on" || a.fsdp_use_orig_params == "off",
           "--fsdp-use-orig-params", a.fsdp_use_orig_params, "on|off");
   o.fsdp_use_orig_params = a.fsdp_use_orig_params == "on";
-  if (!a.fsdp_config.empty()) {  // the file's FSDP defaults replace the flags'
-    read_fsdp_config(a.fsdp_config, o);
-    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
-      fsdp_config_strategies(o.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
-  }
   o.mics_shard_size = a.mics_shard_size;
   o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
   o.zero_hpz_partition_size = a.zero_hpz_partition_size;
@@ -354,19 +358,33 @@ RunConfig to_run_config(const RunArgs& a) {
   apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
                       o);
   apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
+  BoundOptions local;
+  BoundOptions& b = bound ? *bound : local;
+  b.flags = o;
+  if (!a.fsdp_config.empty()) {  // FSDP's defaults where the file is silent, for fsdp_* rows only
+    StrategyOptions f = o;
+    read_fsdp_config(a.fsdp_config, f);
+    check_flag_conflicts(a.given, o, f, ConfigFamily::kFsdp, a.fsdp_config);
+    b.fsdp = f;
+    b.fsdp_path = a.fsdp_config;
+    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
+      fsdp_config_strategies(f.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
+  }
   if (a.ds_config.empty()) return c;
   require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
           "shipped with --ds-config (the file configures DeepSpeed as shipped)");
   const DsConfig d = read_ds_config(a.ds_config, c);
-  if (!a.fsdp_config.empty() && d.applied.options.precision != o.precision)
-    throw UsageError(fmt::format("--fsdp-config {}: its mixed_precision disagrees with the "
-                                 "--ds-config file's bf16; allowed: the same precision in both",
-                                 a.fsdp_config));
+  check_flag_conflicts(a.given, o, d.applied.options, ConfigFamily::kDeepSpeed, a.ds_config);
   // the file's stage against --strategies, checked here: before any rank starts
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
     check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
-  return d.applied;
+  b.ds = d.applied.options;
+  b.ds_path = a.ds_config;
+  c.ds_config = d.applied.ds_config;
+  c.ds_config_stage = d.applied.ds_config_stage;
+  c.ds_config_ignored = d.applied.ds_config_ignored;
+  return c;
 }
 
 void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_schedule,

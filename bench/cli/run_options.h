@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +69,7 @@ struct RunArgs {
   bool resume = false;     // skip strategies already ok in --out (same config)
   std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
   std::string trace;       // directory for one Chrome trace per strategy ("" = none)
+  std::set<std::string> given;  // the flags typed on the command line (record_given_flags)
 };
 
 // A usage error: printed as one line, exit code 2.
@@ -80,8 +82,14 @@ struct UsageError : std::runtime_error {
 // hands CLI11 the plain digits, so an unsigned flag never wraps a negative value to 2^64 - 1.
 CLI::Validator whole_number(uint64_t min, uint64_t max = UINT64_MAX);
 
+struct BoundOptions;  // bench/cli/config_binding.h
+
 void add_run_options(CLI::App* app, RunArgs& a);
-RunConfig to_run_config(const RunArgs& a);  // throws UsageError
+// After `app` parses, `given` holds the long names of the flags typed (a file's settings
+// conflict only with a flag the user gave, never with a default).
+void record_given_flags(CLI::App* app, std::set<std::string>& given);
+// The flags' config; `bound` (if given) gets each config file's options for its rows.
+RunConfig to_run_config(const RunArgs& a, BoundOptions* bound = nullptr);  // throws UsageError
 // The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
 // integer reshard_after_forward and MiCS's partition. Throws UsageError.
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);

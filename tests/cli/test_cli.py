@@ -211,13 +211,62 @@ class RunTest(unittest.TestCase):
         # An empty file is FullyShardedDataParallel's defaults (torch 1.13.1): FULL_SHARD, no
         # backward prefetch, no rate limiter, fp32, whatever the flags said; other listed
         # strategies still run.
-        _, doc = self.run_fsdp_config("defaults.json", "--strategies", "ddp,fsdp_full_shard",
-                                      "--precision", "bf16-mixed")
+        _, doc = self.run_fsdp_config("defaults.json", "--strategies", "ddp,fsdp_full_shard")
         c = doc["config"]
         self.assertEqual([r["strategy"] for r in doc["results"]], ["ddp", "fsdp_full_shard"])
         self.assertEqual((c["precision"], c["backward_prefetch"], c["limit_all_gathers"],
                           c["fsdp_use_orig_params"], c["fsdp_config_ignored"]),
                          ("fp32", "none", False, False, []))
+    def test_config_files_bind_to_their_strategies_in_predict(self):
+        # --ds-config (fp32, no overlap) configures the zero2 row only: the fsdp_full_shard row
+        # is identical to a prediction without the file; --fsdp-config likewise leaves zero2.
+        ds = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_fp32_no_overlap.json")
+        fs = os.path.join(ROOT, "tests", "cli", "fsdp_configs", "defaults.json")
+        base = ["predict", "--model", "gpt2-124m", "--world", "8", "--strategies",
+                "zero2,fsdp_full_shard"]
+
+        def rows(*extra):
+            out = os.path.join(self.tmp, "bind-%d.json" % len(os.listdir(self.tmp)))
+            p = sb(*base, *extra, "--json", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return {r["strategy"]: r for r in load(out)["results"]}, load(out), p
+        plain, _, _ = rows()
+        with_ds, doc, p = rows("--ds-config", ds)
+        self.assertEqual(with_ds["fsdp_full_shard"], plain["fsdp_full_shard"])
+        self.assertEqual((with_ds["zero2"]["settings"]["precision"],
+                          with_ds["zero2"]["settings"]["overlap"]), ("fp32", False))
+        self.assertEqual(plain["zero2"]["settings"]["precision"], "bf16-mixed")
+        self.assertIn("precision", doc["config"]["rows_differ"])
+        self.assertIn("warning: the rows ran at different precision", p.stderr)
+        self.assertIn("rows differ in", p.stdout)
+        with_fs, _, _ = rows("--fsdp-config", fs)
+        self.assertEqual(with_fs["zero2"], plain["zero2"])
+        self.assertEqual(with_fs["fsdp_full_shard"]["settings"]["precision"], "fp32")
+
+    def test_config_files_bind_to_their_strategies_in_run(self):
+        # The same for a real run (fp32, the flags' default and the file's): the file's
+        # overlap_comm false and 5e8-element bucket stay on zero2; the fsdp_full_shard row's
+        # exact figures (bytes, collectives, memory, parameters) are those of a run without it.
+        ds = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_fp32_no_overlap.json")
+
+        def rows(*extra):
+            out = os.path.join(self.tmp, "bindrun-%d.json" % len(os.listdir(self.tmp)))
+            p = sb("run", "--np", "2", "--model", "tiny", "--strategies", "zero2,fsdp_full_shard",
+                   "--steps", "1", "--warmup", "0", "--out", out,
+                   "--quiet", *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return {r["strategy"]: r for r in load(out)["results"]}, p
+        plain, _ = rows()
+        with_ds, p = rows("--ds-config", ds)
+        a, b = with_ds["fsdp_full_shard"], plain["fsdp_full_shard"]
+        self.assertEqual(a["comm"]["per_step"], b["comm"]["per_step"])
+        self.assertEqual(a["memory"]["peak_bytes_per_rank"], b["memory"]["peak_bytes_per_rank"])
+        for k in ("param_checksum", "settings", "padded_params"):
+            self.assertEqual(a[k], b[k], k)
+        self.assertEqual((a["settings"]["overlap"], a["settings"]["bucket_mb"]), (True, 25))
+        self.assertEqual(with_ds["zero2"]["settings"]["overlap"], False)
+        self.assertEqual(with_ds["zero2"]["settings"]["configured_by"], "--ds-config " + ds)
+
     def test_ds_config_zero2_accumulation_reduces_every_micro_batch(self):
         # stage 2 with gradient_accumulation_steps 3 (tiny is one 5e8-element bucket): the
         # bucket all-reduce on each of the 3 micro-batches, then one all-gather; `predict` with
