@@ -22,48 +22,16 @@
 namespace sb {
 namespace {
 
-struct PredictArgs {
-  std::string model = "gpt2-124m";
+// The table's knobs (bench/cli/options_table.h) plus what only a prediction takes.
+struct PredictArgs : Knobs {
   uint64_t params = 0;
-  std::string strategies = "all";
   int world = 8;
-  int ranks_per_node = 0;  // 0: the cluster's
-  std::string precision = "bf16-mixed";
-  int batch = 1;
-  int seq = 0;  // 0: the model's context
-  std::string wrap = "block";
   std::string cluster = "dgx-h100";
-  double bucket_mb = 25;
-  uint64_t persist_elements = 0;
-  uint64_t max_live_elements = 1'000'000'000;
-  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;
-  uint64_t prefetch_elements = 50'000'000;
-  std::string zero_schedule = "shipped";
-  std::string ds_config;  // a DeepSpeed config JSON, read as `run --ds-config` reads it
-  std::string zero_bucket_reduce = "all_reduce";
-  int grad_accum = 1;
-  std::string backward_prefetch = "pre";
-  bool forward_prefetch = false;
-  std::string overlap = "on";
-  int fsdp2_reshard_after_forward = -1;  // -1 true, 0 false, K
-  int fsdp2_prefetch = 1;
-  int mics_shard_size = 0;
-  bool mics_hierarchical = false;
-  int zero_hpz_partition_size = 1;
-  bool zero_quantized_weights = false;
-  bool zero_quantized_gradients = false;
-  double mem_limit_gb = 0;
-  bool untied_head = false;
-  std::string attention = "fused";
-  std::string activation_checkpointing = "none";
-  std::string arch;  // "" = the preset's
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
   bool show_cluster = false;
   std::string json;
-  std::string fsdp_config;  // --fsdp-config FILE, as `run --fsdp-config` reads it
-  std::set<std::string> given;
 };
 
 PredictArgs g_args;
@@ -89,7 +57,10 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
       cfg.model = model_shape(c);
     }
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    std::vector<std::string> names = preset_names();
+    for (const std::string& n : predict_model_aliases()) names.push_back(n);
+    const bool model = std::string(e.what()).rfind("--model", 0) == 0;
+    throw UsageError(e.what() + (model ? did_you_mean(a.model, names) : std::string()));
   }
   cfg.ranks_per_node =
       a.ranks_per_node > 0 ? a.ranks_per_node : std::min(a.world, cl.ranks_per_node);
@@ -101,57 +72,10 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   require(a.world % cfg.ranks_per_node == 0, fmt::format("--ranks-per-node {}", cfg.ranks_per_node),
           fmt::format("a divisor of --world {}", a.world));
   require(a.max_world >= 1, fmt::format("--max-world {}", a.max_world), ">= 1");
-  require(a.seq >= 0 && a.seq <= 65536, fmt::format("--seq {}", a.seq), "0..65536");
-  require(a.batch >= 1 && a.batch <= 65536, fmt::format("--batch {}", a.batch), "1..65536");
-  require(a.precision == "fp32" || a.precision == "bf16-mixed", "--precision " + a.precision,
-          "fp32|bf16-mixed");
-  bool wrap_ok = a.wrap == "block" || a.wrap == "model";
-  if (a.wrap.rfind("every-", 0) == 0) {
-    const std::string k = a.wrap.substr(6);
-    wrap_ok = !k.empty() && k.size() < 6 &&
-              k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) >= 1;
-  }
-  require(wrap_ok, "--wrap " + a.wrap, "block|model|every-K with K >= 1");
-  require(a.bucket_mb > 0 && a.bucket_mb <= 1 << 20, fmt::format("--bucket-mb {}", a.bucket_mb),
-          "(0, 1048576]");
-  require(a.prefetch_elements >= 1, "--prefetch-elements", ">= 1");
-  require(a.backward_prefetch == "none" || a.backward_prefetch == "pre" ||
-              a.backward_prefetch == "post",
-          "--backward-prefetch " + a.backward_prefetch, "none|pre|post");
-  require(a.overlap == "on" || a.overlap == "off", "--overlap " + a.overlap, "on|off");
-  require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6,
-          fmt::format("--mem-limit-gb {}", a.mem_limit_gb), "0 (the cluster's) or up to 1e6 GiB");
   cfg.world = a.world;
   cfg.batch_per_rank = a.batch;
   cfg.mem_limit_gb = a.mem_limit_gb;
-  StrategyOptions& o = cfg.options;
-  o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
-  o.wrap = a.wrap;
-  o.bucket_mb = a.bucket_mb;
-  o.persist_elements = a.persist_elements;
-  o.max_live_elements = a.max_live_elements;
-  o.model_persist_elements = a.model_persist_elements;
-  o.prefetch_elements = a.prefetch_elements;
-  o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
-                        : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
-                                                       : BackwardPrefetch::kPost;
-  o.forward_prefetch = a.forward_prefetch;
-  o.overlap = a.overlap == "on";
-  require(a.zero_schedule == "shipped" || a.zero_schedule == "paper",
-          fmt::format("--zero-schedule {}", a.zero_schedule), "shipped|paper");
-  apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
-                      o);
-  apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
-  o.fsdp2_reshard_after_forward = a.fsdp2_reshard_after_forward;
-  o.fsdp2_prefetch = a.fsdp2_prefetch;
-  o.mics_shard_size = a.mics_shard_size;
-  o.mics_hierarchical_params_gather = a.mics_hierarchical;
-  require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
-          "1..4096");
-  o.grad_accum = a.grad_accum;
-  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
-  o.zero_quantized_weights = a.zero_quantized_weights;
-  o.zero_quantized_gradients = a.zero_quantized_gradients;
+  cfg.options = knob_options(a);  // every tabled flag checked against its row
   require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
           fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
           fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
@@ -316,95 +240,33 @@ void add_predict_command(CLI::App& app) {
   PredictArgs& a = g_args;
   CLI::App* p = app.add_subcommand(
       "predict", "Predict memory, bytes and step time of strategies at any scale (no MPI)");
-  CLI::Option* model =
-      p->add_option("--model", a.model,
-                    "Run preset, " + fmt::format("{}", fmt::join(predict_model_aliases(), "|")) +
-                        ", or L,C,H,T,V")
-          ->capture_default_str();
+  add_knob_options(p, a, Command::kPredict);
+  const char* topo = help_group_name(HelpGroup::kTopology);
+  const char* out = help_group_name(HelpGroup::kOutput);
   p->add_option("--params", a.params,
                 "A bare parameter count instead of --model (model state and bytes only), e.g. 7.5e9")
       ->transform(whole_number(1, 1'000'000'000'000'000))
-      ->excludes(model);
-  p->add_option("--strategies", a.strategies, "all, or a comma list")->capture_default_str();
-  p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str();
-  p->add_option("--ranks-per-node", a.ranks_per_node, "Ranks per node (0: the cluster's)")
-      ->capture_default_str();
-  p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
-  p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
-  p->add_option("--arch", a.arch, "Block of an L,C,H,T,V spec: gpt2 (default) | llama");
-  p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
-      ->capture_default_str();
-  p->add_option("--activation-checkpointing", a.activation_checkpointing,
-                "none | block | every-K (recompute checkpointed blocks in backward)")
-      ->capture_default_str();
-  p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
-      ->capture_default_str();
-  p->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")
-      ->capture_default_str();
+      ->excludes(p->get_option("--model"))
+      ->group(help_group_name(HelpGroup::kWorkload));
+  p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str()->group(topo);
   p->add_option(
        "--cluster", a.cluster,
        "Preset (" + fmt::format("{}", fmt::join(cluster_names(), "|")) + ") or a JSON file")
-      ->capture_default_str();
-  p->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")
-      ->capture_default_str();
-  p->add_option("--persist-elements", a.persist_elements, "ZeRO-3 persistence threshold")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
-      ->transform(whole_number(1))
-      ->capture_default_str();
-  p->add_option("--max-live-elements", a.max_live_elements, "ZeRO-3 stage3_max_live_parameters")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--model-persist-elements", a.model_persist_elements,
-                "ZeRO-3 stage3_model_persistence_threshold")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--zero-schedule", a.zero_schedule, "ZeRO: shipped | paper")
-      ->capture_default_str();
-  p->add_option("--zero-bucket-reduce", a.zero_bucket_reduce,
-                "ZeRO-1/2: all_reduce | reduce_per_owner (as run)")
-      ->capture_default_str();
-  p->add_option("--ds-config", a.ds_config, "DeepSpeed config JSON (as run --ds-config)");
-  p->add_option("--grad-accum", a.grad_accum, "Micro-batches of --batch per optimizer step")
-      ->capture_default_str();
-  p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
-      ->capture_default_str();
-  p->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
-  p->add_option("--overlap", a.overlap, "on | off")->capture_default_str();
-  p->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
-                "FSDP2: -1 true, 0 false, K the post-forward group (the node)")
-      ->check(CLI::Range(-1, 1 << 20))
-      ->capture_default_str();
-  p->add_option("--fsdp2-prefetch", a.fsdp2_prefetch, "FSDP2 groups gathered ahead")
-      ->check(CLI::Range(0, 64))
-      ->capture_default_str();
-  p->add_option("--mics-shard-size", a.mics_shard_size, "MiCS partition (0: the node)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
-              "MiCS two-level all-gather (a partition of whole nodes)");
-  p->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
-                "ZeRO++ hpZ (zero3): 1 off, else the ranks per node")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  p->add_flag("--zero-quantized-weights", a.zero_quantized_weights,
-              "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
-  p->add_flag("--zero-quantized-gradients", a.zero_quantized_gradients,
-              "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all");
-  p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
-      ->capture_default_str();
-  p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");
-  p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits");
-  p->add_option("--max-world", a.max_world, "Largest world --fit tries")->capture_default_str();
-  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)")
-      ->check(CLI::Range(1, 100'000'000));
+      ->capture_default_str()->group(topo);
   p->add_flag("--show-cluster", a.show_cluster,
-              "Print the cluster as JSON (a template for --cluster FILE)");
-  p->add_option("--json", a.json, "Write the prediction document here");
-  p->add_option("--fsdp-config", a.fsdp_config,
-                "JSON of FullyShardedDataParallel arguments (as run --fsdp-config): its fsdp_* rows only");
-  record_given_flags(p, a.given);
+              "Print the cluster as JSON (a template for --cluster FILE)")->group(out);
+  p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits")->group(out);
+  p->add_option("--max-world", a.max_world, "Largest world --fit tries")
+      ->capture_default_str()->group(out);
+  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)")
+      ->check(CLI::Range(1, 100'000'000))->group(out);
+  p->add_option("--json", a.json, "Write the prediction document here")->group(out);
+  p->footer(
+      "Examples:\n"
+      "  shardbench predict --model llama2-7b --world 64 --cluster dgx-h100\n"
+      "  shardbench predict --model gpt2-1.5b --world 16 --strategies zero2,fsdp_full_shard "
+      "--ds-config my_ds.json\n"
+      "  shardbench predict --model llama2-13b --fit --cluster dgx-a100-80g\n");
 }
 
 static int predict_all(const PredictArgs& a) {
@@ -412,7 +274,7 @@ static int predict_all(const PredictArgs& a) {
   try {
     cl = load_cluster(a.cluster);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw UsageError(e.what() + did_you_mean(a.cluster, cluster_names()));
   }
   if (a.show_cluster) {
     fmt::print("{}\n", cluster_json(cl).dump(2));

@@ -11,56 +11,22 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/cli/options_table.h"
 #include "harness/run/trainer.h"
 
 namespace sb {
 
-struct RunArgs {
-  std::string model = "small";
-  std::string strategies = "all";
+// The table's knobs (bench/cli/options_table.h) plus what only a local run takes.
+struct RunArgs : Knobs {
   int np = 0;              // standalone launch: start an mpirun of this many ranks
-  int ranks_per_node = 0;  // 0: from MPI_COMM_TYPE_SHARED
-  int batch = 4;
   int steps = 5;
   int warmup = 1;
-  std::string precision = "fp32";
-  std::string wrap = "block";
-  double bucket_mb = 25;
-  std::string backward_prefetch = "pre";
-  bool forward_prefetch = false;
-  std::string limit_all_gathers = "on";
-  std::string overlap = "on";
   std::string collectives = "ring";
-  double mem_limit_gb = 0;
   uint64_t seed = 1234;
   double lr = 1e-3;
-  uint64_t prefetch_elements = 50'000'000;
-  uint64_t persist_elements = 0;
-  uint64_t max_live_elements = 1'000'000'000;                  // stage3_max_live_parameters
-  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;  // stage3_model_persistence_threshold
-  std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
-  std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
-  std::string zero_bucket_reduce = "all_reduce";  // use_multi_rank_bucket_allreduce true|false
-  std::string fsdp2_reshard_after_forward = "true";  // true | false | K
-  int fsdp2_prefetch = 1;
-  int mics_shard_size = 0;  // 0: ranks per node
-  std::string mics_hierarchical_params_gather = "off";
-  int zero_hpz_partition_size = 1;            // ZeRO++ hpZ (zero3): 1 off, else ranks per node
-  std::string zero_quantized_weights = "off";  // ZeRO++ qwZ (zero3): on | off
-  std::string zero_quantized_gradients = "off";  // ZeRO++ qgZ (zero3): on | off
   std::string device = "cpu";
-  int grad_accum = 1;      // --grad-accum K
-  std::string fsdp_no_sync = "on";
-  std::string ddp_config;  // --ddp-config FILE (bench/cli/ddp_config.h)
-  std::string fsdp_config;  // --fsdp-config FILE (bench/cli/fsdp_config.h)
-  std::string fsdp_use_orig_params = "off";
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
-  int seq = 0;  // tokens per sample; 0 = the model's context
-  bool untied_head = false;
-  std::string attention = "fused";  // naive | fused
-  std::string activation_checkpointing = "none";  // none | block | every-K
-  std::string arch;  // gpt2 | llama; "" = the preset's (gpt2 for a spec)
   bool quiet = false;
   std::string inject_fault;
   double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more
@@ -69,7 +35,6 @@ struct RunArgs {
   bool resume = false;     // skip strategies already ok in --out (same config)
   std::string hosts;       // "netns": two namespace hosts on this machine (ci/two_host.sh)
   std::string trace;       // directory for one Chrome trace per strategy ("" = none)
-  std::set<std::string> given;  // the flags typed on the command line (record_given_flags)
 };
 
 // A usage error: printed as one line, exit code 2.

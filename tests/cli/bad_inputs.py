@@ -148,6 +148,17 @@ CASES = [
     (["run", "--model", "tiny", "--precision", "bf16-mixed", "--strategies", "ddp,fsdp_full_shard",
       "--fsdp-config", f"{FS}/defaults.json"], "--precision bf16-mixed conflicts with --fsdp-config"),
     (["predict", "--model", "tiny", "--fsdp-config", f"{FS}/bad_unknown_key.json"], "--fsdp-config"),
+    (["run", "--model", "tiny", "--ranks-per-nodes", "2"], "did you mean --ranks-per-node?"),
+    (["predict", "--strategies", "zero3,fsdp_ful_shard"], "did you mean fsdp_full_shard?"),
+    (["predict", "--model", "gpt2-125m"], "did you mean gpt2-124m?"),
+    (["run", "--model", "smal"], "did you mean small?"),
+    (["predict", "--cluster", "dgx-h10"], "did you mean dgx-h100?"),
+    (["predict", "--precision", "bf16"], "did you mean bf16-mixed?"),
+    (["predcit"], "did you mean predict?"),
+    ([], "missing command"),
+    (["predict", "--zero-quantized-weights", "yes"], "--zero-quantized-weights yes: allowed on|off"),
+    (["predict", "--fsdp2-reshard-after-forward", "-1"], "--fsdp2-reshard-after-forward -1"),
+    (["predict", "--limit-all-gathers", "maybe"], "--limit-all-gathers maybe"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
@@ -173,7 +184,7 @@ CASES = [
 
 def run_case(sb, args):
     out = os.path.join(tempfile.mkdtemp(prefix="sbbad"), "never.json")
-    extra = ["--out", out] if args[0] == "run" and "--out" not in args else []
+    extra = ["--out", out] if args[:1] == ["run"] and "--out" not in args else []
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run([sb, *args, *extra], capture_output=True, text=True, timeout=60, env=env)
     return p, out

@@ -5,6 +5,7 @@
 # and one-line usage errors with exit code 2. Usage: test_cli.py BUILD_DIR
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -413,8 +414,8 @@ class ZeroppPredictTest(unittest.TestCase):
         # latency of qgZ's per-tensor collectives costs more than the bytes save.
         d = tempfile.mkdtemp(prefix="sbzpp")
         slow = os.path.join(ROOT, "bench", "clusters", "dgx-h100-100g.json")
-        zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights",
-                  "--zero-quantized-gradients"]
+        zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights", "on",
+                  "--zero-quantized-gradients", "on"]
         rate = {}
         for cluster in ("dgx-h100", slow):
             for knobs in ([], zeropp):
@@ -612,6 +613,59 @@ class FaultTest(unittest.TestCase):
         self.assertIn("rank 2: out of memory", err)
         self.assertIn("per-rank limit", err)
         self.assertEqual(validate(out).returncode, 0)
+
+
+class CliSurfaceTest(unittest.TestCase):
+    """--version, grouped --help with examples, one spelling per knob, `compare`."""
+
+    def test_version_names_the_commit(self):
+        p = sb("--version")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        words = p.stdout.split()
+        self.assertEqual(words[0], "shardbench")
+        commit = words[-1].rstrip(")")
+        self.assertTrue(commit == "unknown" or len(commit) == 40, p.stdout)
+
+    def test_help_is_grouped_and_ends_with_examples(self):
+        helps = {}
+        for cmd in ("run", "predict"):
+            p = sb(cmd, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for group in ("Workload:", "Topology:", "Strategy knobs: DDP and ZeRO-1/2:",
+                          "Strategy knobs: ZeRO-3 and ZeRO++:", "Strategy knobs: MiCS:",
+                          "Strategy knobs: FSDP:", "Strategy knobs: FSDP2:", "Output:"):
+                self.assertIn(group, p.stdout, cmd)
+            examples = p.stdout.split("Examples:")[1].strip().splitlines()
+            self.assertEqual(len(examples), 3, cmd)
+            helps[cmd] = p.stdout
+        # every strategy and workload knob is spelt the same in both commands
+        def flags(text):
+            return {w for w in re.findall(r"^\s+(--[a-z0-9-]+)", text, re.M)}
+        shared = flags(helps["run"].split("Measurement:")[0])
+        missing = {f for f in shared if f not in flags(helps["predict"])}
+        self.assertEqual(missing, {"--np", "--hosts", "--collectives", "--device"})
+
+    def test_examples_in_help_run(self):
+        # the three examples of `predict --help` are real commands (cheap: no MPI)
+        p = sb("predict", "--help")
+        for line in p.stdout.split("Examples:")[1].strip().splitlines():
+            args = line.split()[1:]
+            d = tempfile.mkdtemp(prefix="sbex")
+            ds = os.path.join(d, "my_ds.json")
+            with open(ds, "w") as f:
+                f.write('{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}')
+            args = [ds if a == "my_ds.json" else a for a in args]
+            q = sb(*args)
+            self.assertEqual(q.returncode, 0, line + q.stderr)
+
+    def test_compare_subcommand_is_compare_py(self):
+        base = os.path.join(ROOT, "results", "baseline")
+        files = sorted(os.path.join(base, f) for f in os.listdir(base) if f.endswith(".json"))
+        p = sb("compare", files[0], files[0])
+        q = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "plots", "compare.py"),
+                            files[0], files[0]], capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stdout), (q.returncode, q.stdout))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
 class UsageErrorTest(unittest.TestCase):
