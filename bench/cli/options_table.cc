@@ -279,7 +279,7 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
     if (d < best_d) best_d = d, best = c;
   }
   // close: a typo or two, or one name a prefix of the other
-  const size_t limit = std::max<size_t>(2, word.size() / 3);
+  const size_t limit = std::max<size_t>(1, word.size() / 3);
   if (best.empty() || best_d > limit || best == word) return "";
   return fmt::format("; did you mean {}?", best);
 }
