@@ -128,6 +128,19 @@ std::map<std::string, nlohmann::json> resumable_results(const std::string& path,
   return out;
 }
 
+// /proc/cpuinfo's first "model name" (the machine fingerprint's CPU), "unknown" without one.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(' '));
+      return v;
+    }
+  return "unknown";
+}
+
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
 // Where the step went (median over measured steps of the slowest rank's phases, seconds).
@@ -235,6 +248,9 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     backend = make_nccl_backend(topo, topo.local_rank(), cuda_compute_stream(*device));
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
+    int drv = 0;
+    cudaDriverGetVersion(&drv);  // the machine fingerprint's GPU driver (CUDA API version)
+    env.gpu_driver = fmt::format("{}.{}", drv / 1000, drv % 1000 / 10);
     env.cuda_version = fmt::format("{}.{}", rt / 1000, rt % 1000 / 10);
     env.nccl_version = nccl_version_string();
     const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
@@ -256,6 +272,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     env.devices = std::min(topo.world_size(), cores * topo.num_nodes());
   }
   env.device_name = device->name();
+  env.cpu_model = cpu_model_name();
+  env.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   env.mpi_version = mpi.library_version();
   env.blas_version = std::string("OpenBLAS ") + openblas_get_config() + " core " +
                      openblas_get_corename();

@@ -21,7 +21,15 @@ struct Environment {
   double peak_flops_per_device = 0;  // measured sgemm ceiling per core on CPU; datasheet on GPU
   std::string peak_flops_source;
   int devices = 1;                   // what MFU divides by (cores used on CPU, GPUs)
+  std::string cpu_model, gpu_driver;  // the machine fingerprint's identity (machine_json)
+  int cores = 0;
 };
+
+// The machine a run measured on: CPU model, cores, calibrated peak, BLAS, MPI, and on GPU the
+// device and driver, with `fingerprint`, a hash of everything but the peak (a measurement of
+// the machine, not its identity). Time-like metrics compare raw only between equal
+// fingerprints (plots/compare.py).
+nlohmann::json machine_json(const Environment& env);
 
 // The Llama block's shape keys (arch, n_kv_head, ffn_hidden, rope_theta) into a model object;
 // nothing for the GPT-2 block, whose objects stay as before --arch existed.
