@@ -34,7 +34,7 @@ The rule (per strategy present in the baseline):
   peak_bytes_per_rank  counted, but with --overlap on it depends on when asynchronous
                        collectives finish (their buffers are freed then): allowed +peak-mem-pct
                        (default 5 %, about 1.7x the largest spread observed between identical
-                       runs of the nightly matrix; README "Nightly"). Exact with --overlap off.
+                       runs of the nightly matrix; docs/ci.md). Exact with --overlap off.
 
 Machines: a results file records its machine (`machine`: CPU model, cores, calibrated peak,
 BLAS, MPI; GPU device and driver; `machine.fingerprint` hashes all but the peak). Step time and

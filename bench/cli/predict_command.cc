@@ -262,6 +262,8 @@ void add_predict_command(CLI::App& app) {
       ->check(CLI::Range(1, 100'000'000))->group(out);
   p->add_option("--json", a.json, "Write the prediction document here")->group(out);
   p->footer(
+      "Workload, topology and strategy flags are run's too, spelt the same; only predict takes "
+      "--params, --world, --cluster and its Output group.\n\n"
       "Examples:\n"
       "  shardbench predict --model llama2-7b --world 64 --cluster dgx-h100\n"
       "  shardbench predict --model gpt2-1.5b --world 16 --strategies zero2,fsdp_full_shard "

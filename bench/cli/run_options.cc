@@ -52,6 +52,8 @@ void add_run_options(CLI::App* app, RunArgs& a) {
   app->add_option("--inject-slowdown", a.inject_slowdown, "")->group("");  // hidden test flag
   app->add_option("--peak-calibration", a.peak_calibration, "")->group("");  // launcher -> ranks
   app->footer(
+      "Workload, topology and strategy flags are predict's too, spelt the same; only run "
+      "takes --np, --hosts, --collectives, --device and the Measurement and Output groups.\n\n"
       "Examples:\n"
       "  shardbench run --np 4 --model tiny --strategies ddp,zero2,fsdp_full_shard --steps 2\n"
       "  shardbench run --np 4 --ranks-per-node 2 --model small --ds-config my_ds.json "

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # The bad inputs the suite must reject with one line naming the flag and exit code 2, and
-# nothing written. Imported by test_cli.py; run directly it prints the README's table:
+# nothing written. Imported by test_cli.py; run directly it prints the table of docs/bad-input.md:
 #   tests/cli/bad_inputs.py BUILD_DIR
 import os
 import subprocess
