@@ -98,5 +98,22 @@ class DocCommandsTest(unittest.TestCase):
                     self.assertEqual(p.returncode, 0, p.stderr)
 
 
+class ReadmeTest(unittest.TestCase):
+    def test_readme_is_short_and_its_strategy_table_is_whole(self):
+        # A newcomer's page (<= 300 lines); the strategy table one contiguous block with a row
+        # per registered strategy (a paragraph inside a Markdown table ends it).
+        lines = open(os.path.join(ROOT, "README.md")).read().split("\n")
+        self.assertLessEqual(len(lines), 300)
+        start = lines.index("| strategy | sharded at rest (group) | collectives in one step | granularity |")
+        end = start
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        rows = [re.match(r"\| `([a-z0-9_]+)` \|", l).group(1) for l in lines[start + 2:end]]
+        p = subprocess.run([SB, "run", "--model", "tiny", "--strategies", "no-such", "--out",
+                            os.path.join(tempfile.mkdtemp(), "x.json")], capture_output=True, text=True)
+        registered = p.stderr.strip().split("allowed: all or ")[1].split(",")
+        self.assertEqual(rows, registered)
+
+
 if __name__ == "__main__":
     unittest.main()
