@@ -91,6 +91,10 @@ const StrategyOptions& BoundOptions::for_strategy(const std::string& s) const {
   return flags;
 }
 
+int BoundOptions::batch_for(const std::string& s) const {
+  return config_family(s) == ConfigFamily::kDeepSpeed && ds && ds_batch > 0 ? ds_batch : flags_batch;
+}
+
 StrategyOptions BoundOptions::common(const std::vector<std::string>& names,
                                      std::vector<std::string>& differ) const {
   StrategyOptions o = flags;
@@ -99,6 +103,11 @@ StrategyOptions BoundOptions::common(const std::vector<std::string>& names,
     if (&for_strategy(s) != &flags) overlay_family(f, for_strategy(s), o);
   }
   if (names.empty()) return o;
+  for (const std::string& s : names)
+    if (batch_for(s) != batch_for(names.front())) {
+      differ.push_back("batch_per_rank");
+      break;
+    }
   const StrategyOptions& first = for_strategy(names.front());
   for (const SharedKnob& k : shared_knobs()) {
     bool same = true;
@@ -129,7 +138,16 @@ void check_flag_conflicts(const std::set<std::string>& given, const StrategyOpti
   for (const SharedKnob& k : family_knobs(family)) check(k);
 }
 
-nlohmann::json row_settings(const std::string& strategy, const BoundOptions& b, int batch) {
+void check_batch_conflict(const std::set<std::string>& given, int flags_batch, int file_batch,
+                          const std::string& path) {
+  if (given.count("--batch") && file_batch > 0 && file_batch != flags_batch)
+    throw UsageError(fmt::format(
+        "--batch {} conflicts with --ds-config {} (which sets train_micro_batch_size_per_gpu {}); "
+        "allowed: drop the flag or change the file", flags_batch, path, file_batch));
+}
+
+nlohmann::json row_settings(const std::string& strategy, const BoundOptions& b) {
+  const int batch = b.batch_for(strategy);
   const StrategyOptions& o = b.for_strategy(strategy);
   const ConfigFamily f = config_family(strategy);
   nlohmann::json j = {{"precision", precision_name(o.precision)}, {"overlap", o.overlap},
@@ -146,12 +164,13 @@ std::string unequal_rows_warning(const std::vector<std::string>& names, const Bo
   b.common(names, differ);
   std::vector<std::string> unequal;  // what makes a comparison unfair: batch and precision
   for (const std::string& d : differ)
-    if (d == "precision" || d == "grad_accum") unequal.push_back(d);
+    if (d == "precision" || d == "grad_accum" || d == "batch_per_rank") unequal.push_back(d);
   if (unequal.empty()) return "";
   std::vector<std::string> rows;
   for (const std::string& s : names) {
     const StrategyOptions& o = b.for_strategy(s);
-    rows.push_back(fmt::format("{} {} x{}", s, precision_name(o.precision), o.grad_accum));
+    rows.push_back(fmt::format("{} {} batch {} x{}", s, precision_name(o.precision),
+                               b.batch_for(s), o.grad_accum));
   }
   return fmt::format("warning: the rows ran at different {} ({}): not a like-for-like comparison",
                      fmt::join(unequal, " and "), fmt::join(rows, ", "));

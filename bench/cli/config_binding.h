@@ -24,7 +24,9 @@ struct BoundOptions {
   std::optional<StrategyOptions> ds;      // --ds-config's rows
   std::optional<StrategyOptions> fsdp;    // --fsdp-config's rows
   std::string ds_path, fsdp_path;
+  int flags_batch = 1, ds_batch = 0;      // sequences per rank; ds_batch 0: the flags'
 
+  int batch_for(const std::string& strategy) const;
   const StrategyOptions& for_strategy(const std::string& strategy) const;
   // The options of the document's `config`: those of every row when all rows agree, else the
   // flags' with each file's family-only knobs; `differ` gets the row settings that differ.
@@ -37,10 +39,13 @@ struct BoundOptions {
 void check_flag_conflicts(const std::set<std::string>& given, const StrategyOptions& flags,
                           const StrategyOptions& file, ConfigFamily family,
                           const std::string& path);
+// --batch typed against a DeepSpeed file's train_micro_batch_size_per_gpu: UsageError.
+void check_batch_conflict(const std::set<std::string>& given, int flags_batch, int file_batch,
+                          const std::string& path);
 
 // One row's effective settings ({precision, overlap, bucket_mb, grad_accum, batch_per_rank,
 // configured_by}), recorded with each result.
-nlohmann::json row_settings(const std::string& strategy, const BoundOptions& b, int batch);
+nlohmann::json row_settings(const std::string& strategy, const BoundOptions& b);
 // "warning: ..." when the rows ran at different batch or precision, else "".
 std::string unequal_rows_warning(const std::vector<std::string>& names, const BoundOptions& b);
 

@@ -89,12 +89,16 @@ std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig&
                                       BoundOptions& b) {
   std::vector<std::string> names = parse_strategy_list(a.strategies);
   b.flags = cfg.options;
+  b.flags_batch = cfg.batch_per_rank;
   if (!a.ds_config.empty()) {
     require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
             "shipped with --ds-config (the file configures DeepSpeed as shipped)");
     RunConfig run;
     run.options = cfg.options;
+    run.batch_per_rank = cfg.batch_per_rank;
     const DsConfig d = read_ds_config(a.ds_config, run);
+    check_batch_conflict(a.given, cfg.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
+    b.ds_batch = d.applied.batch_per_rank;
     check_flag_conflicts(a.given, cfg.options, d.applied.options, ConfigFamily::kDeepSpeed,
                          a.ds_config);
     b.ds = d.applied.options;
@@ -118,6 +122,7 @@ std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig&
 PredictConfig row_config(const PredictConfig& cfg, const BoundOptions& b, const std::string& s) {
   PredictConfig row = cfg;
   row.options = b.for_strategy(s);
+  row.batch_per_rank = b.batch_for(s);
   return row;
 }
 
@@ -172,10 +177,10 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
   if (differ.empty()) return;
   fmt::print("rows differ in {}; each row's settings:\n", fmt::join(differ, ", "));
   for (const Prediction& p : ps) {
-    const nlohmann::json r = row_settings(p.strategy, b, cfg.batch_per_rank);
+    const nlohmann::json r = row_settings(p.strategy, b);
     fmt::print("  {:<22} {}, overlap {}, bucket {:g} MiB, batch {} x {} micro-batches ({})\n",
                p.strategy, r["precision"].get<std::string>(), r["overlap"] ? "on" : "off",
-               r["bucket_mb"].get<double>(), cfg.batch_per_rank, r["grad_accum"].get<int>(),
+               r["bucket_mb"].get<double>(), r["batch_per_rank"].get<int>(), r["grad_accum"].get<int>(),
                r["configured_by"].get<std::string>());
   }
 }
@@ -206,7 +211,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
                gib(double(f.at_min.peak)));
     nlohmann::json r = prediction_json(f.at_min);
     r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
-    r["settings"] = row_settings(s, b, cfg.batch_per_rank);
+    r["settings"] = row_settings(s, b);
     results.push_back(r);
   }
   if (!a.json.empty()) write_document(a.json, prediction_document(cfg, cl, results));
@@ -287,6 +292,8 @@ static int predict_all(const PredictArgs& a) {
   const std::vector<std::string> names = bind_configs(a, cfg, bound);
   std::vector<std::string> differ;  // the document's config: what every row shares
   cfg.options = bound.common(names, differ);
+  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
+  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
   const std::string unequal = unequal_rows_warning(names, bound);
   if (!unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
@@ -297,7 +304,7 @@ static int predict_all(const PredictArgs& a) {
   for (const std::string& s : names) {
     ps.push_back(predict(row_config(cfg, bound, s), s, cl));
     results.push_back(prediction_json(ps.back()));
-    results.back()["settings"] = row_settings(s, bound, cfg.batch_per_rank);
+    results.back()["settings"] = row_settings(s, bound);
   }
   print_table(cfg, cl, ps, bound, differ);
   if (!a.json.empty()) {

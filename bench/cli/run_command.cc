@@ -303,6 +303,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                    a.strategies == "all");
   std::vector<std::string> differ;  // row settings that differ (each result has its own)
   cfg.options = bound.common(names, differ);
+  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
+  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
   const std::string unequal = unequal_rows_warning(names, bound);
   if (root && !unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   const int tokens =
@@ -350,13 +352,14 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     }
     RunConfig row = cfg;  // this row's options: its config file's, or the flags'
     row.options = bound.for_strategy(names[i]);
+    row.batch_per_rank = bound.batch_for(names[i]);
     StrategyRun run = run_strategy(names[i], row, mpi, comm, *device);
     if (root && !a.quiet) {
       if (run.status == "ok")
         fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
                    names.size(), run.strategy, median(run.step_time_s),
-                   tokens / cfg.options.grad_accum * row.options.grad_accum /
-                       median(run.step_time_s),
+                   double(tokens) / cfg.options.grad_accum / cfg.batch_per_rank *
+                       row.options.grad_accum * row.batch_per_rank / median(run.step_time_s),
                    mib(run.peak_bytes));
       else
         fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
@@ -369,7 +372,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     }
     run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
     nlohmann::json result = result_json(run, row, topo, env);
-    result["settings"] = row_settings(names[i], bound, cfg.batch_per_rank);
+    result["settings"] = row_settings(names[i], bound);
     if (run.status == "ok") {
       // The model's view of the same config, and how far the measurement is from it.
       result["prediction"] = predict_for_run(row, topo, names[i], cluster);

@@ -206,6 +206,7 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   BoundOptions local;
   BoundOptions& b = bound ? *bound : local;
   b.flags = o;
+  b.flags_batch = c.batch_per_rank;
   if (!a.fsdp_config.empty()) {  // FSDP's defaults where the file is silent, for fsdp_* rows only
     StrategyOptions f = o;
     read_fsdp_config(a.fsdp_config, f);
@@ -224,8 +225,10 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
     check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
+  check_batch_conflict(a.given, c.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
   b.ds = d.applied.options;
   b.ds_path = a.ds_config;
+  b.ds_batch = d.applied.batch_per_rank;
   c.ds_config = d.applied.ds_config;
   c.ds_config_stage = d.applied.ds_config_stage;
   c.ds_config_ignored = d.applied.ds_config_ignored;

@@ -148,6 +148,8 @@ CASES = [
     (["run", "--model", "tiny", "--precision", "bf16-mixed", "--strategies", "ddp,fsdp_full_shard",
       "--fsdp-config", f"{FS}/defaults.json"], "--precision bf16-mixed conflicts with --fsdp-config"),
     (["predict", "--model", "tiny", "--fsdp-config", f"{FS}/bad_unknown_key.json"], "--fsdp-config"),
+    (["run", "--model", "tiny", "--batch", "4", "--ds-config", f"{DS}/zero2_micro_batch.json"],
+     "--batch 4 conflicts with --ds-config"),
     (["run", "--model", "tiny", "--ranks-per-nodes", "2"], "did you mean --ranks-per-node?"),
     (["predict", "--strategies", "zero3,fsdp_ful_shard"], "did you mean fsdp_full_shard?"),
     (["predict", "--model", "gpt2-125m"], "did you mean gpt2-124m?"),

@@ -242,6 +242,13 @@ class RunTest(unittest.TestCase):
         self.assertIn("rows differ in", p.stdout)
         with_fs, _, _ = rows("--fsdp-config", fs)
         self.assertEqual(with_fs["zero2"], plain["zero2"])
+        # train_micro_batch_size_per_gpu is the DeepSpeed rows' --batch: zero2 at 2, fsdp at 1
+        mb = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_micro_batch.json")
+        with_mb, doc, p = rows("--ds-config", mb)
+        self.assertEqual(with_mb["fsdp_full_shard"], plain["fsdp_full_shard"])
+        self.assertEqual(with_mb["zero2"]["settings"]["batch_per_rank"], 2)
+        self.assertIn("batch_per_rank", doc["config"]["rows_differ"])
+        self.assertIn("different batch_per_rank", p.stderr)
         self.assertEqual(with_fs["fsdp_full_shard"]["settings"]["precision"], "fp32")
 
     def test_config_files_bind_to_their_strategies_in_run(self):
