@@ -108,7 +108,11 @@ std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig&
   }
   if (!a.fsdp_config.empty()) {
     StrategyOptions f = cfg.options;
+    f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
     read_fsdp_config(a.fsdp_config, f);
+    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
+    f.fsdp2_reduce_fp32 = cfg.options.fsdp2_reduce_fp32;
+    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
     check_flag_conflicts(a.given, cfg.options, f, ConfigFamily::kFsdp, a.fsdp_config);
     b.fsdp = f;
     b.fsdp_path = a.fsdp_config;

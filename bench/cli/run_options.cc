@@ -122,6 +122,19 @@ void require(bool ok, const char* flag, const T& value, const char* allowed) {
 }
 }  // namespace
 
+void bind_fsdp_reduce_dtype(const std::string& path, const std::string& strategies,
+                            bool file_reduce_fp32, const StrategyOptions& file,
+                            StrategyOptions& flags) {
+  if (!file_reduce_fp32 || file.precision != Precision::kBf16Mixed) return;
+  for (const std::string& s : strategies == "all" ? strategy_names() : parse_strategy_list(strategies))
+    if (s.rfind("fsdp_", 0) == 0)
+      throw UsageError(fmt::format(
+          "--fsdp-config {}: mixed_precision.reduce_dtype float32 with param_dtype bfloat16 is "
+          "modelled for fsdp2 and fsdp2_hsdp only; allowed: --strategies fsdp2,fsdp2_hsdp", path));
+  flags.precision = file.precision;
+  flags.fsdp2_reduce_fp32 = true;
+}
+
 RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   RunConfig c;
   try {
@@ -219,17 +232,9 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
     StrategyOptions f = o;
     f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
     read_fsdp_config(a.fsdp_config, f);
-    // reduce_dtype float32 under bf16 parameters is modelled for FSDP2 only; the file's rows
-    // are FSDP1's (the list "all" holds them too)
-    if (f.fsdp2_reduce_fp32 && f.precision == Precision::kBf16Mixed)
-      for (const std::string& s : a.strategies == "all" ? strategy_names()
-                                                        : parse_strategy_list(a.strategies))
-        if (s.rfind("fsdp_", 0) == 0)
-          throw UsageError(fmt::format(
-              "--fsdp-config {}: mixed_precision.reduce_dtype float32 with param_dtype bfloat16 "
-              "is modelled for fsdp2 and fsdp2_hsdp only; allowed: --strategies fsdp2,fsdp2_hsdp",
-              a.fsdp_config));
+    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
     f.fsdp2_reduce_fp32 = o.fsdp2_reduce_fp32;
+    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
     check_flag_conflicts(a.given, o, f, ConfigFamily::kFsdp, a.fsdp_config);
     b.fsdp = f;
     b.fsdp_path = a.fsdp_config;

@@ -54,6 +54,12 @@ void add_run_options(CLI::App* app, RunArgs& a);
 void record_given_flags(CLI::App* app, std::set<std::string>& given);
 // The flags' config; `bound` (if given) gets each config file's options for its rows.
 RunConfig to_run_config(const RunArgs& a, BoundOptions* bound = nullptr);  // throws UsageError
+// An FSDP file's MixedPrecisionPolicy(param_dtype bf16, reduce_dtype fp32) is FSDP2's (FSDP1 does
+// not model it, so an fsdp_* row is refused): it sets the flags' rows, which fsdp2 and
+// fsdp2_hsdp read. Throws UsageError.
+void bind_fsdp_reduce_dtype(const std::string& path, const std::string& strategies,
+                            bool file_reduce_fp32, const StrategyOptions& file,
+                            StrategyOptions& flags);
 // The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
 // integer reshard_after_forward and MiCS's partition. Throws UsageError.
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);

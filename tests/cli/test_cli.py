@@ -455,6 +455,25 @@ class ZeroppPredictTest(unittest.TestCase):
         self.assertLess(rate[("dgx-h100", True)][0], rate[("dgx-h100", False)][0])
 
 
+class FsdpFileReduceDtypeTest(unittest.TestCase):
+    def test_an_fsdp_files_fp32_reduce_is_fsdp2s_as_the_flag(self):
+        # MixedPrecisionPolicy(bf16, reduce fp32) from --fsdp-config reaches the fsdp2 row (the
+        # options table binds the file to fsdp_* rows; this policy is FSDP2's): its payload is
+        # the --fsdp2-reduce-dtype fp32 one, larger than the bf16 reduce's.
+        d = tempfile.mkdtemp(prefix="sbfred")
+        f = os.path.join(ROOT, "tests", "cli", "fsdp_configs", "bad_reduce_dtype.json")
+        payload = {}
+        for name, extra in (("file", ["--fsdp-config", f]), ("flag", ["--fsdp2-reduce-dtype", "fp32"]),
+                            ("none", [])):
+            out = os.path.join(d, name + ".json")
+            p = sb("predict", "--model", "gpt2-124m", "--world", "8", "--strategies", "fsdp2",
+                   "--json", out, *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            payload[name] = load(out)["results"][0]["comm"]["per_step"]["payload_bytes"]
+        self.assertEqual(payload["file"], payload["flag"])
+        self.assertGreater(payload["flag"], payload["none"])
+
+
 class AtomicWriteTest(unittest.TestCase):
     """The results file is rewritten after every strategy as temp file + rename. The hidden
     fault points kill rank 0 (SIGKILL) in its second write: halfway through the temp file, or
