@@ -1,4 +1,4 @@
-# Sourced by the README table scripts (ci/strategy_tables.sh, ci/zeropp_claim.sh): `run NAME
+# Sourced by the docs/ table scripts (ci/strategy_tables.sh, ci/zeropp_claim.sh): `run NAME
 # LABEL FLAGS...` runs "${SB[@]}" with FLAGS and the scripts' EXTRA arguments into $OUT/NAME.json
 # and appends "FILE=LABEL" to rows for plots/strategy_table.py.
 rows=()

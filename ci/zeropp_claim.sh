@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's ZeRO++ claim table (3Ψ -> 0.75Ψ across nodes): zero3 on small at 2 x 2, untied
+# The ZeRO++ claim table of docs/deepspeed.md (3Ψ -> 0.75Ψ across nodes): zero3 on small at 2 x 2, untied
 # head (every tensor used once per pass, so ZeRO-3's volume is exactly 3Ψ), bf16, the paper's
 # release schedule (where ZeRO++'s gathers repeat), then each of hpZ, qwZ, qgZ and their
 # combinations; one results file each under OUTDIR (default /tmp/sb_zeropp), printed by

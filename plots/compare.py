@@ -40,7 +40,17 @@ The rule (per strategy present in the baseline):
   peak_bytes_per_rank  counted, but with --overlap on it depends on when asynchronous
                        collectives finish (their buffers are freed then): allowed +peak-mem-pct
                        (default 5 %, about 1.7x the largest spread observed between identical
-                       runs of the nightly matrix; README "Nightly"). Exact with --overlap off.
+                       runs of the nightly matrix; docs/ci.md). Exact with --overlap off.
+
+Machines: a results file records its machine (`machine`: CPU model, cores, calibrated peak,
+BLAS, MPI; GPU device and driver; `machine.fingerprint` hashes all but the peak). Step time and
+tokens/s compare raw only when both files carry the same fingerprint (or neither has one:
+files from before fingerprints). Otherwise (one file without one counts as another machine,
+so a committed baseline meets every new machine this way) they compare as time x calibrated peak — the new
+file's samples scaled by its peak over the baseline's (results[].throughput.peak_flops), the
+figure MFU and HFU also divide by — with --cross-machine-threshold-pct (default 25 %: the
+peak calibrates compute speed, not memory or network speed, so a residual remains), and the
+header says so. Bytes, counts, model state and peak memory are compared as always.
 
 Both files must describe the same experiment (backend, model, world, ranks per node,
 batch, precision, wrap, ...); otherwise exit 2 unless --allow-config-diff.
@@ -227,23 +237,54 @@ def mfu_notes(base, new):
             f"are. Re-record the baseline to compare MFU again." for bd, nd in sorted(pairs)]
 
 
+def same_machine(base, new):
+    """True when both files carry the same machine fingerprint (raw times compare)."""
+    fb = (base.get("machine") or {}).get("fingerprint") if isinstance(base.get("machine"), dict) else None
+    fn = (new.get("machine") or {}).get("fingerprint") if isinstance(new.get("machine"), dict) else None
+    return fb == fn  # two files from before fingerprints (None, None): compared raw, as then
+
+
+def machine_line(base, new):
+    def desc(doc):
+        m = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
+        return (f"{m.get('fingerprint', 'no fingerprint')} ({m.get('cpu_model', '?')}, "
+                f"{m.get('cores', '?')} cores, peak {m.get('calibrated_peak_gflops', '?')} GFLOP/s)")
+    if same_machine(base, new):
+        return f"machine: the same ({desc(base)}): step time compared raw"
+    return (f"machine: baseline {desc(base)} vs new {desc(new)}: different machines, so step time "
+            f"and tokens/s are compared as time x calibrated peak (the MFU figure); bytes, counts "
+            f"and memory exactly")
+
+
+def peak_scale(b, n):
+    """new peak / baseline peak of one strategy (1 when either file lacks it)."""
+    bp, np_ = get(b, "throughput.peak_flops"), get(n, "throughput.peak_flops")
+    return np_ / bp if bp and np_ else 1.0
+
+
 def step_time_rows(name, b, n, args):
     """Step time and tokens/s: a regression when the medians' 95 % CIs separate and the change
-    passes the threshold (see the module doc)."""
+    passes the threshold (see the module doc). Across machines, time x calibrated peak."""
     bs, ns = step_samples(b), step_samples(n)
     if not bs or not ns:
         return [Row(name, "step_time_median_s", "-", "-", "-", "-", "no data")]
+    cross = not getattr(args, "same_machine", True)
+    scale = peak_scale(b, n) if cross else 1.0
+    ns = [x * scale for x in ns]  # in the baseline machine's seconds
+    threshold = args.cross_machine_threshold_pct if cross else args.threshold_pct
     bm, nm = statistics.median(bs), statistics.median(ns)
     (blo, bhi), (nlo, nhi) = median_ci95(bs), median_ci95(ns)
-    big = abs(nm - bm) > max(args.threshold_pct / 100.0 * bm, args.min_time_s)
+    big = abs(nm - bm) > max(threshold / 100.0 * bm, args.min_time_s)
     separate = nlo > bhi or nhi < blo
     verdict = ("REGRESSED" if separate and nm > bm and big else
                "improved" if separate and nm < bm and big else
                "noisy" if big and nm > bm else "ok")
     ci = f"CIs [{fmt_s(blo)}, {fmt_s(bhi)}] / [{fmt_s(nlo)}, {fmt_s(nhi)}]"
-    rows = [Row(name, "step_time_median_s", fmt_s(bm), fmt_s(nm), fmt_pct(rel(bm, nm)),
-                f"> {args.threshold_pct:g}% + {ci}", verdict)]
+    rows = [Row(name, "step_time_x_peak" if cross else "step_time_median_s", fmt_s(bm), fmt_s(nm),
+                fmt_pct(rel(bm, nm)), f"> {threshold:g}% + {ci}", verdict)]
     bt, nt = get(b, "throughput.tokens_per_s"), get(n, "throughput.tokens_per_s")
+    if nt is not None:
+        nt = nt / scale
     if bt is not None and nt is not None:
         rows.insert(0, Row(name, "tokens_per_s", fmt_rate(bt), fmt_rate(nt), fmt_pct(rel(bt, nt)),
                            "as step time", verdict))
@@ -385,6 +426,9 @@ def argument_parser():
     ap.add_argument("new", metavar="NEW.json")
     ap.add_argument("--threshold-pct", type=float, default=10.0,
                     help="smallest median step-time change that counts, %% (default 10)")
+    ap.add_argument("--cross-machine-threshold-pct", type=float, default=25.0,
+                    help="the same between machines of different fingerprints, on time x "
+                         "calibrated peak, %% (default 25)")
     ap.add_argument("--peak-mem-pct", type=float, default=5.0,
                     help="allowed peak-memory increase with --overlap on, %% (default 5)")
     ap.add_argument("--baseline-repeat", action="append", metavar="FILE",
@@ -404,6 +448,7 @@ def argument_parser():
 def main(argv):
     args = argument_parser().parse_args(argv)
     for v, flag in ((args.threshold_pct, "--threshold-pct"), (args.peak_mem_pct, "--peak-mem-pct"),
+                    (args.cross_machine_threshold_pct, "--cross-machine-threshold-pct"),
                     (args.min_time_s, "--min-time-s")):
         if not math.isfinite(v) or v < 0:
             print(f"error: {flag} must be a non-negative number", file=sys.stderr)
@@ -416,6 +461,7 @@ def main(argv):
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    args.same_machine = same_machine(base, new)
     hard, soft = config_differences(base, new)
     if hard and not args.allow_config_diff:
         print("error: the two files describe different experiments (--allow-config-diff to "
@@ -428,9 +474,11 @@ def main(argv):
           f" {base.get('host')})")
     print(f"new:      {args.new} (commit {new.get('git_commit')}, {new.get('created_utc')},"
           f" {new.get('host')})")
+    print(machine_line(base, new))
     overlap = (base.get("config") or {}).get("overlap", True) is not False
+    pct = args.threshold_pct if args.same_machine else args.cross_machine_threshold_pct
     print(f"rule: step time needs separated 95 % CIs of the median and > "
-          f"max({args.threshold_pct:g}%, {fmt_s(args.min_time_s)}); bytes and model state "
+          f"max({pct:g}%, {fmt_s(args.min_time_s)}); bytes and model state "
           f"exact; peak memory +{args.peak_mem_pct if overlap else 0:g}%; ok -> failed status\n")
 
     b_by, n_by = by_name(base), by_name(new)

@@ -225,6 +225,8 @@ def baseline_section(base_path, new_doc):
     if hard:
         return notes
     args = compare.argument_parser().parse_args([base_path, "-"])  # the gate's defaults
+    args.same_machine = compare.same_machine(base, new_doc)  # else time x calibrated peak
+    notes += f'<p class="note">{esc(compare.machine_line(base, new_doc))}</p>'
     overlap = (base.get("config") or {}).get("overlap", True) is not False
     new_by = compare.by_name(new_doc)
     rows = []

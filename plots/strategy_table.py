@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's per-strategy tables, written from results files rather than by hand.
+"""The per-strategy tables of docs/measured.md, written from results files rather than by hand.
 
     plots/strategy_table.py FILE[=LABEL] ... [--time | --psi]
 

@@ -26,7 +26,7 @@ const std::set<std::string> kZeroIgnored = {
 // Top-level keys that change nothing the suite models.
 const std::set<std::string> kTopIgnored = {"steps_per_print", "wall_clock_breakdown",
                                            "zero_allow_untested_optimizer", "train_batch_size",
-                                           "train_micro_batch_size_per_gpu", "prescale_gradients"};
+                                           "prescale_gradients"};
 
 [[noreturn]] void fail(const std::string& path, const std::string& key, const std::string& what) {
   throw UsageError(fmt::format("--ds-config {}: {}: {}", path, key, what));
@@ -147,6 +147,10 @@ void apply_top_level(const json& top, const std::string& path, DsConfig& d) {
       const uint64_t steps = get_count(v, k, path);
       if (steps < 1 || steps > 4096) fail(path, k, fmt::format("{}: allowed 1..4096", v.dump()));
       o.grad_accum = int(steps);
+    } else if (k == "train_micro_batch_size_per_gpu") {  // sequences per rank: --batch
+      const uint64_t micro = get_count(v, k, path);
+      if (micro < 1 || micro > 65536) fail(path, k, fmt::format("{}: allowed 1..65536", v.dump()));
+      d.applied.batch_per_rank = int(micro);
     } else if (kTopIgnored.count(k)) {
       d.applied.ds_config_ignored.push_back(k);
     } else {

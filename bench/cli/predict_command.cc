@@ -4,12 +4,15 @@
 // line naming the flag and exit 2 (UsageError), like `run`.
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
+#include "bench/cli/fsdp_config.h"
 #include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/model/checkpointing.h"
@@ -19,47 +22,11 @@
 namespace sb {
 namespace {
 
-struct PredictArgs {
-  std::string model = "gpt2-124m";
+// The table's knobs (bench/cli/options_table.h) plus what only a prediction takes.
+struct PredictArgs : Knobs {
   uint64_t params = 0;
-  std::string strategies = "all";
   int world = 8;
-  int ranks_per_node = 0;  // 0: the cluster's
-  std::string precision = "bf16-mixed";
-  int batch = 1;
-  int seq = 0;  // 0: the model's context
-  std::string wrap = "block";
   std::string cluster = "dgx-h100";
-  double bucket_mb = 25;
-  uint64_t persist_elements = 0;
-  uint64_t max_live_elements = 1'000'000'000;
-  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;
-  uint64_t prefetch_elements = 50'000'000;
-  std::string zero_schedule = "shipped";
-  std::string ds_config;  // a DeepSpeed config JSON, read as `run --ds-config` reads it
-  std::string zero_bucket_reduce = "all_reduce";
-  int grad_accum = 1;
-  std::string backward_prefetch = "pre";
-  bool forward_prefetch = false;
-  std::string overlap = "on";
-  int fsdp2_reshard_after_forward = -1;  // -1 auto, -2 true, 0 false, K
-  int fsdp2_prefetch = 1;
-  std::string fsdp2_reduce_dtype = "auto";  // auto | fp32
-  int mics_shard_size = 0;
-  bool mics_hierarchical = false;
-  std::string mics_schedule = "shipped";  // shipped | per-unit
-  int zero_hpz_partition_size = 1;
-  bool zero_quantized_weights = false;
-  bool zero_quantized_gradients = false;
-  std::string zero_contiguous_gradients = "on";
-  std::string zero_communication_data_type = "auto";  // auto | fp16
-  std::string zero_qgz_variant = "shipped";          // shipped | suite
-  double mem_limit_gb = 0;
-  bool untied_head = false;
-  std::string attention = "fused";
-  std::string cross_entropy = "full";
-  std::string activation_checkpointing = "none";
-  std::string arch;  // "" = the preset's
   bool fit = false;
   int max_world = 65536;
   int sweep = 0;
@@ -91,7 +58,10 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
       cfg.model = model_shape(c);
     }
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    std::vector<std::string> names = preset_names();
+    for (const std::string& n : predict_model_aliases()) names.push_back(n);
+    const bool model = std::string(e.what()).rfind("--model", 0) == 0;
+    throw UsageError(e.what() + (model ? did_you_mean(a.model, names) : std::string()));
   }
   cfg.ranks_per_node =
       a.ranks_per_node > 0 ? a.ranks_per_node : std::min(a.world, cl.ranks_per_node);
@@ -103,85 +73,62 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
   require(a.world % cfg.ranks_per_node == 0, fmt::format("--ranks-per-node {}", cfg.ranks_per_node),
           fmt::format("a divisor of --world {}", a.world));
   require(a.max_world >= 1, fmt::format("--max-world {}", a.max_world), ">= 1");
-  require(a.seq >= 0 && a.seq <= 65536, fmt::format("--seq {}", a.seq), "0..65536");
-  require(a.batch >= 1 && a.batch <= 65536, fmt::format("--batch {}", a.batch), "1..65536");
-  require(a.precision == "fp32" || a.precision == "bf16-mixed", "--precision " + a.precision,
-          "fp32|bf16-mixed");
-  bool wrap_ok = a.wrap == "block" || a.wrap == "model";
-  if (a.wrap.rfind("every-", 0) == 0) {
-    const std::string k = a.wrap.substr(6);
-    wrap_ok = !k.empty() && k.size() < 6 &&
-              k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) >= 1;
-  }
-  require(wrap_ok, "--wrap " + a.wrap, "block|model|every-K with K >= 1");
-  require(a.bucket_mb > 0 && a.bucket_mb <= 1 << 20, fmt::format("--bucket-mb {}", a.bucket_mb),
-          "(0, 1048576]");
-  require(a.prefetch_elements >= 1, "--prefetch-elements", ">= 1");
-  require(a.backward_prefetch == "none" || a.backward_prefetch == "pre" ||
-              a.backward_prefetch == "post",
-          "--backward-prefetch " + a.backward_prefetch, "none|pre|post");
-  require(a.overlap == "on" || a.overlap == "off", "--overlap " + a.overlap, "on|off");
-  require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6,
-          fmt::format("--mem-limit-gb {}", a.mem_limit_gb), "0 (the cluster's) or up to 1e6 GiB");
   cfg.world = a.world;
   cfg.batch_per_rank = a.batch;
   cfg.mem_limit_gb = a.mem_limit_gb;
-  StrategyOptions& o = cfg.options;
-  o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
-  o.wrap = a.wrap;
-  o.bucket_mb = a.bucket_mb;
-  o.persist_elements = a.persist_elements;
-  o.max_live_elements = a.max_live_elements;
-  o.model_persist_elements = a.model_persist_elements;
-  o.prefetch_elements = a.prefetch_elements;
-  o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
-                        : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
-                                                       : BackwardPrefetch::kPost;
-  o.forward_prefetch = a.forward_prefetch;
-  o.overlap = a.overlap == "on";
-  require(a.zero_schedule == "shipped" || a.zero_schedule == "paper",
-          fmt::format("--zero-schedule {}", a.zero_schedule), "shipped|paper");
-  apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
-                      o);
-  apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
-  o.fsdp2_reshard_after_forward = a.fsdp2_reshard_after_forward;
-  o.fsdp2_prefetch = a.fsdp2_prefetch;
-  o.fsdp2_reduce_fp32 = a.fsdp2_reduce_dtype == "fp32";
-  o.mics_shard_size = a.mics_shard_size;
-  o.mics_hierarchical_params_gather = a.mics_hierarchical;
-  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
-  require(!a.mics_hierarchical || o.mics_schedule == MicsSchedule::kPerUnit,
-          "--mics-hierarchical-params-gather", "only with --mics-schedule per-unit");
-  require(a.grad_accum >= 1 && a.grad_accum <= 4096, fmt::format("--grad-accum {}", a.grad_accum),
-          "1..4096");
-  o.grad_accum = a.grad_accum;
-  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
-  o.zero_quantized_weights = a.zero_quantized_weights;
-  o.zero_quantized_gradients = a.zero_quantized_gradients;
-  o.zero_contiguous_gradients = a.zero_contiguous_gradients == "on";
-  require(a.zero_communication_data_type == "auto" || o.precision == Precision::kBf16Mixed,
-          "--zero-communication-data-type " + a.zero_communication_data_type,
-          "auto with fp32 (fp16 reductions of fp32 training are not modelled)");
-  o.zero_comm_fp16 = a.zero_communication_data_type == "fp16";
-  o.zero_qgz_variant = a.zero_qgz_variant == "suite" ? QgzVariant::kSuite : QgzVariant::kShipped;
+  cfg.options = knob_options(a);  // every tabled flag checked against its row
   require(a.zero_hpz_partition_size == 1 || a.zero_hpz_partition_size == cfg.ranks_per_node,
           fmt::format("--zero-hpz-partition-size {}", a.zero_hpz_partition_size),
           fmt::format("1 (off) or the ranks per node ({})", cfg.ranks_per_node));
   return cfg;
 }
 
-// --ds-config: the file's knobs over the flags', exactly as `run` applies them (ds_config.cc);
-// returns the strategies to predict (the file's stage picks the ZeRO one).
-std::vector<std::string> apply_ds_config(const PredictArgs& a, PredictConfig& cfg) {
-  const std::vector<std::string> listed = parse_strategy_list(a.strategies);
-  if (a.ds_config.empty()) return listed;
-  require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
-          "shipped with --ds-config (the file configures DeepSpeed as shipped)");
-  RunConfig run;
-  run.options = cfg.options;
-  const DsConfig d = read_ds_config(a.ds_config, run);
-  cfg.options = d.applied.options;
-  return ds_config_strategies(d.stage, listed, a.strategies == "all");
+// --ds-config and --fsdp-config: each file's knobs for its own rows, exactly as `run` binds
+// them (bench/cli/config_binding.h); returns the strategies to predict (a file's stage or
+// sharding_strategy picks its strategy).
+std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig& cfg,
+                                      BoundOptions& b) {
+  std::vector<std::string> names = parse_strategy_list(a.strategies);
+  b.flags = cfg.options;
+  b.flags_batch = cfg.batch_per_rank;
+  if (!a.ds_config.empty()) {
+    require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
+            "shipped with --ds-config (the file configures DeepSpeed as shipped)");
+    RunConfig run;
+    run.options = cfg.options;
+    run.batch_per_rank = cfg.batch_per_rank;
+    const DsConfig d = read_ds_config(a.ds_config, run);
+    check_batch_conflict(a.given, cfg.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
+    b.ds_batch = d.applied.batch_per_rank;
+    check_flag_conflicts(a.given, cfg.options, d.applied.options, ConfigFamily::kDeepSpeed,
+                         a.ds_config);
+    b.ds = d.applied.options;
+    b.ds_path = a.ds_config;
+    names = ds_config_strategies(d.stage, names, a.strategies == "all");
+  }
+  if (!a.fsdp_config.empty()) {
+    StrategyOptions f = cfg.options;
+    f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
+    read_fsdp_config(a.fsdp_config, f);
+    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
+    f.fsdp2_reduce_fp32 = cfg.options.fsdp2_reduce_fp32;
+    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
+    check_flag_conflicts(a.given, cfg.options, f, ConfigFamily::kFsdp, a.fsdp_config);
+    b.fsdp = f;
+    b.fsdp_path = a.fsdp_config;
+    const bool all = a.strategies == "all";
+    names = fsdp_config_strategies(f.fsdp_config.strategy,
+                                   all && a.ds_config.empty() ? std::vector<std::string>{} : names,
+                                   all);
+  }
+  return names;
+}
+
+PredictConfig row_config(const PredictConfig& cfg, const BoundOptions& b, const std::string& s) {
+  PredictConfig row = cfg;
+  row.options = b.for_strategy(s);
+  row.batch_per_rank = b.batch_for(s);
+  return row;
 }
 
 void write_document(const std::string& path, const nlohmann::json& doc) {
@@ -218,7 +165,8 @@ void print_breakdown(const std::vector<Prediction>& ps) {
   }
 }
 
-void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps) {
+void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<Prediction>& ps,
+                 const BoundOptions& b, const std::vector<std::string>& differ) {
   const ModelShape& m = *cfg.model;
   fmt::print(
       "shardbench predict: {} ({:.3g} params), world {} = {} node(s) x {}, batch {}/rank x "
@@ -271,10 +219,19 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
       cfg.model->bare ? "; --params: model state only" : "",
       cfg.options.overlap ? "with" : "without");
   print_breakdown(ps);
+  if (differ.empty()) return;
+  fmt::print("rows differ in {}; each row's settings:\n", fmt::join(differ, ", "));
+  for (const Prediction& p : ps) {
+    const nlohmann::json r = row_settings(p.strategy, b);
+    fmt::print("  {:<22} {}, overlap {}, bucket {:g} MiB, batch {} x {} micro-batches ({})\n",
+               p.strategy, r["precision"].get<std::string>(), r["overlap"] ? "on" : "off",
+               r["bucket_mb"].get<double>(), r["batch_per_rank"].get<int>(), r["grad_accum"].get<int>(),
+               r["configured_by"].get<std::string>());
+  }
 }
 
 int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::string>& names,
-            const PredictArgs& a) {
+            const PredictArgs& a, const BoundOptions& b) {
   std::vector<nlohmann::json> results;
   const ModelShape& m = *cfg.model;
   fmt::print(
@@ -287,7 +244,7 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
                                            cfg.options.precision == Precision::kBf16Mixed))));
   fmt::print("{:<24} {:>10} {:>7} {:>10}\n", "strategy", "min world", "nodes", "device GiB");
   for (const std::string& s : names) {
-    const FitResult f = smallest_fitting_world(cfg, s, cl, a.max_world);
+    const FitResult f = smallest_fitting_world(row_config(cfg, b, s), s, cl, a.max_world);
     if (f.min_world == 0) {
       fmt::print("{:<24} {:>10} {:>7} {:>10}\n", s, fmt::format("> {}", a.max_world), "-", "-");
       results.push_back(
@@ -299,13 +256,15 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
                gib(double(f.at_min.device_peak)));
     nlohmann::json r = prediction_json(f.at_min);
     r["fit"] = {{"min_world", f.min_world}, {"ranks_per_node", G}, {"max_world", a.max_world}};
+    r["settings"] = row_settings(s, b);
     results.push_back(r);
   }
   if (!a.json.empty()) write_document(a.json, prediction_document(cfg, cl, results));
   return 0;
 }
 
-int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::string>& names, int n) {
+int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::string>& names, int n,
+              const BoundOptions& b) {
   const auto t0 = std::chrono::steady_clock::now();
   int done = 0, fits = 0;
   const int G = cfg.ranks_per_node;
@@ -313,7 +272,7 @@ int run_sweep(PredictConfig cfg, const Cluster& cl, const std::vector<std::strin
     for (int nodes = 1; nodes <= 1024 && done < n; nodes *= 2)
       for (const std::string& s : names) {
         cfg.world = nodes * G;
-        fits += predict(cfg, s, cl).fits ? 1 : 0;
+        fits += predict(row_config(cfg, b, s), s, cl).fits ? 1 : 0;
         if (++done == n) break;
       }
   }
@@ -331,115 +290,35 @@ void add_predict_command(CLI::App& app) {
   PredictArgs& a = g_args;
   CLI::App* p = app.add_subcommand(
       "predict", "Predict memory, bytes and step time of strategies at any scale (no MPI)");
-  CLI::Option* model =
-      p->add_option("--model", a.model,
-                    "Run preset, " + fmt::format("{}", fmt::join(predict_model_aliases(), "|")) +
-                        ", or L,C,H,T,V")
-          ->capture_default_str();
+  add_knob_options(p, a, Command::kPredict);
+  const char* topo = help_group_name(HelpGroup::kTopology);
+  const char* out = help_group_name(HelpGroup::kOutput);
   p->add_option("--params", a.params,
                 "A bare parameter count instead of --model (model state and bytes only), e.g. 7.5e9")
       ->transform(whole_number(1, 1'000'000'000'000'000))
-      ->excludes(model);
-  p->add_option("--strategies", a.strategies, "all, or a comma list")->capture_default_str();
-  p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str();
-  p->add_option("--ranks-per-node", a.ranks_per_node, "Ranks per node (0: the cluster's)")
-      ->capture_default_str();
-  p->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
-  p->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
-  p->add_option("--arch", a.arch, "Block of an L,C,H,T,V spec: gpt2 (default) | llama");
-  p->add_option("--attention", a.attention, "naive | fused (FlashAttention, the default)")
-      ->capture_default_str();
-  p->add_option("--cross-entropy", a.cross_entropy, "full | chunked (fp32 loss chunk by chunk)")
-      ->capture_default_str();
-  p->add_option("--activation-checkpointing", a.activation_checkpointing,
-                "none | block | every-K (recompute checkpointed blocks in backward)")
-      ->capture_default_str();
-  p->add_option("--seq", a.seq, "Tokens per sequence (0: the model's context)")
-      ->capture_default_str();
-  p->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")
-      ->capture_default_str();
+      ->excludes(p->get_option("--model"))
+      ->group(help_group_name(HelpGroup::kWorkload));
+  p->add_option("--world", a.world, "Ranks (devices)")->capture_default_str()->group(topo);
   p->add_option(
        "--cluster", a.cluster,
        "Preset (" + fmt::format("{}", fmt::join(cluster_names(), "|")) + ") or a JSON file")
-      ->capture_default_str();
-  p->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")
-      ->capture_default_str();
-  p->add_option("--persist-elements", a.persist_elements, "ZeRO-3 persistence threshold")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket")
-      ->transform(whole_number(1))
-      ->capture_default_str();
-  p->add_option("--max-live-elements", a.max_live_elements, "ZeRO-3 stage3_max_live_parameters")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--model-persist-elements", a.model_persist_elements,
-                "ZeRO-3 stage3_model_persistence_threshold")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  p->add_option("--zero-schedule", a.zero_schedule, "ZeRO: shipped | paper")
-      ->capture_default_str();
-  p->add_option("--zero-bucket-reduce", a.zero_bucket_reduce,
-                "ZeRO-1/2: all_reduce | reduce_per_owner (as run)")
-      ->capture_default_str();
-  p->add_option("--ds-config", a.ds_config, "DeepSpeed config JSON (as run --ds-config)");
-  p->add_option("--grad-accum", a.grad_accum, "Micro-batches of --batch per optimizer step")
-      ->capture_default_str();
-  p->add_option("--backward-prefetch", a.backward_prefetch, "FSDP: none | pre | post")
-      ->capture_default_str();
-  p->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
-  p->add_option("--overlap", a.overlap, "on | off")->capture_default_str();
-  p->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
-                "FSDP2: -1 auto (None: the root kept), -2 true (the root too), 0 false, K the "
-                "post-forward group (the node)")
-      ->check(CLI::Range(-2, 1 << 20))
-      ->capture_default_str();
-  p->add_option("--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype,
-                "FSDP2 reduce_dtype: auto (the gradients' dtype) | fp32")
-      ->check(CLI::IsMember({"auto", "fp32"}))
-      ->capture_default_str();
-  p->add_option("--fsdp2-prefetch", a.fsdp2_prefetch, "FSDP2 groups gathered ahead")
-      ->check(CLI::Range(0, 64))
-      ->capture_default_str();
-  p->add_option("--mics-shard-size", a.mics_shard_size, "MiCS partition (0: the node)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  p->add_option("--mics-schedule", a.mics_schedule,
-                "MiCS: shipped (ZeRO-3's coordinator over the partition) | per-unit")
-      ->check(CLI::IsMember({"shipped", "per-unit"}))
-      ->capture_default_str();
-  p->add_flag("--mics-hierarchical-params-gather", a.mics_hierarchical,
-              "MiCS two-level all-gather (a partition of whole nodes)");
-  p->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
-                "ZeRO++ hpZ (zero3): 1 off, else the ranks per node")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  p->add_flag("--zero-quantized-weights", a.zero_quantized_weights,
-              "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers");
-  p->add_flag("--zero-quantized-gradients", a.zero_quantized_gradients,
-              "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all");
-  p->add_option("--zero-contiguous-gradients", a.zero_contiguous_gradients,
-                "DeepSpeed contiguous_gradients (zero3, mics): the IPG buffer held: on | off")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  p->add_option("--zero-communication-data-type", a.zero_communication_data_type,
-                "DeepSpeed communication_data_type (zero3): auto | fp16 (bf16-mixed only)")
-      ->check(CLI::IsMember({"auto", "fp16"}))
-      ->capture_default_str();
-  p->add_option("--zero-qgz-variant", a.zero_qgz_variant,
-                "qgZ: shipped (fp16 gradients only; L x the mean on the quantised path) | suite")
-      ->check(CLI::IsMember({"shipped", "suite"}))
-      ->capture_default_str();
-  p->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory (GiB; 0: the cluster's)")
-      ->capture_default_str();
-  p->add_flag("--untied-head", a.untied_head, "Separate LM head weight");
-  p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits");
-  p->add_option("--max-world", a.max_world, "Largest world --fit tries")->capture_default_str();
-  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)")
-      ->check(CLI::Range(1, 100'000'000));
+      ->capture_default_str()->group(topo);
   p->add_flag("--show-cluster", a.show_cluster,
-              "Print the cluster as JSON (a template for --cluster FILE)");
-  p->add_option("--json", a.json, "Write the prediction document here");
+              "Print the cluster as JSON (a template for --cluster FILE)")->group(out);
+  p->add_flag("--fit", a.fit, "Smallest world at which each strategy fits")->group(out);
+  p->add_option("--max-world", a.max_world, "Largest world --fit tries")
+      ->capture_default_str()->group(out);
+  p->add_option("--sweep", a.sweep, "Time this many predictions (1..1024 nodes x strategies)")
+      ->check(CLI::Range(1, 100'000'000))->group(out);
+  p->add_option("--json", a.json, "Write the prediction document here")->group(out);
+  p->footer(
+      "Workload, topology and strategy flags are run's too, spelt the same; only predict takes "
+      "--params, --world, --cluster and its Output group.\n\n"
+      "Examples:\n"
+      "  shardbench predict --model llama2-7b --world 64 --cluster dgx-h100\n"
+      "  shardbench predict --model gpt2-1.5b --world 16 --strategies zero2,fsdp_full_shard "
+      "--ds-config my_ds.json\n"
+      "  shardbench predict --model llama2-13b --fit --cluster dgx-a100-80g\n");
 }
 
 static int predict_all(const PredictArgs& a) {
@@ -447,27 +326,38 @@ static int predict_all(const PredictArgs& a) {
   try {
     cl = load_cluster(a.cluster);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw UsageError(e.what() + did_you_mean(a.cluster, cluster_names()));
   }
   if (a.show_cluster) {
     fmt::print("{}\n", cluster_json(cl).dump(2));
     return 0;
   }
   PredictConfig cfg = to_config(a, cl);
-  const std::vector<std::string> names = apply_ds_config(a, cfg);
-  check_qgz_contract(cfg.options);
+  BoundOptions bound;
+  const std::vector<std::string> names = bind_configs(a, cfg, bound);
+  check_qgz_contract(bound.flags);
+  if (bound.ds) check_qgz_contract(*bound.ds);
+  std::vector<std::string> differ;  // the document's config: what every row shares
+  cfg.options = bound.common(names, differ);
+  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
+  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
+  const std::string unequal = unequal_rows_warning(names, bound);
+  if (!unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
-  if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep);
-  if (a.fit) return run_fit(cfg, cl, names, a);
+  if (a.sweep > 0) return run_sweep(cfg, cl, names, a.sweep, bound);
+  if (a.fit) return run_fit(cfg, cl, names, a, bound);
   std::vector<Prediction> ps;
   std::vector<nlohmann::json> results;
   for (const std::string& s : names) {
-    ps.push_back(predict(cfg, s, cl));
+    ps.push_back(predict(row_config(cfg, bound, s), s, cl));
     results.push_back(prediction_json(ps.back()));
+    results.back()["settings"] = row_settings(s, bound);
   }
-  print_table(cfg, cl, ps);
+  print_table(cfg, cl, ps, bound, differ);
   if (!a.json.empty()) {
-    write_document(a.json, prediction_document(cfg, cl, results));
+    nlohmann::json doc = prediction_document(cfg, cl, results);
+    if (!differ.empty()) doc["config"]["rows_differ"] = differ;
+    write_document(a.json, doc);
     fmt::print("prediction: {}\n", a.json);
   }
   return 0;

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
+
+#include "bench/cli/options_table.h"
 
 namespace sb {
 
@@ -13,26 +16,46 @@ using nlohmann::json;
 
 namespace {
 
-// The experiment's knobs as config.* keys with the value `shardbench run` uses when the flag
-// is not given (RunArgs in run_options.h). steps/warmup/seed are left out: they change how
-// long or on what data a run measures, not what is measured. seq_len and tied_head are
-// handled apart (their default depends on the model).
+// The experiment's knobs as config.* keys, in the order a series name lists them, with the
+// value `shardbench run` uses when the flag is not given: the options table's default
+// (bench/cli/options_table.h), or, for keys no flag writes directly, the value below.
+// steps/warmup/seed are left out: they change how long or on what data a run measures, not
+// what is measured. precision, seq_len and tied_head are handled apart.
 const std::vector<std::pair<const char*, json>>& knob_defaults() {
-  static const std::vector<std::pair<const char*, json>> k = {
-      {"batch_per_rank", 4},       {"wrap", "block"},           {"bucket_mb", 25.0},
-      {"backward_prefetch", "pre"}, {"forward_prefetch", false}, {"limit_all_gathers", true},
-      {"overlap", true},           {"collectives", "ring"},     {"prefetch_elements", 50000000},
-      {"persist_elements", 0},     {"mem_limit_gb", 0.0},       {"lr", 1e-3},
-      {"device", "cpu"},           {"zero_grad_reduce", "bucket_all_reduce"},
-      {"reuse_distance", 1000000000}, {"grad_accum", 1},        {"fsdp_no_sync", true},
-      {"fsdp2_reshard_after_forward", true}, {"fsdp2_prefetch", 1}, {"mics_shard_size", 0},
-      {"fsdp2_reshard_root", false}, {"fsdp2_reduce_dtype", "auto"},
-      {"mics_hierarchical_params_gather", false}, {"fsdp_use_orig_params", false},
-      {"max_live_elements", 1000000000}, {"model_persist_elements", 9223372036854775807LL},
-      {"zero3_fetch", "coalesced"}, {"zero_hpz_partition_size", 1},
-      {"zero_quantized_weights", false}, {"zero_quantized_gradients", false},
-      {"zero_contiguous_gradients", true}, {"zero_communication_data_type", "auto"},
-      {"zero_qgz_variant", "shipped"}, {"mics_schedule", "shipped"}};
+  static const std::vector<std::pair<const char*, json>> k = [] {
+    const std::vector<std::pair<const char*, json>> not_flags = {
+        {"collectives", "ring"}, {"lr", 1e-3}, {"device", "cpu"},
+        {"zero_grad_reduce", "bucket_all_reduce"}, {"reuse_distance", 1000000000},
+        {"zero3_fetch", "coalesced"}, {"fsdp2_reshard_after_forward", true},
+        {"fsdp2_reshard_root", false}};
+    const char* order[] = {"batch_per_rank", "wrap", "bucket_mb", "backward_prefetch",
+                           "forward_prefetch", "limit_all_gathers", "overlap", "collectives",
+                           "prefetch_elements", "persist_elements", "mem_limit_gb", "lr", "device",
+                           "zero_grad_reduce", "reuse_distance", "grad_accum", "fsdp_no_sync",
+                           "fsdp2_reshard_after_forward", "fsdp2_prefetch", "mics_shard_size",
+                           "fsdp2_reshard_root", "fsdp2_reduce_dtype",
+                           "mics_hierarchical_params_gather", "fsdp_use_orig_params",
+                           "max_live_elements", "model_persist_elements", "zero3_fetch",
+                           "zero_hpz_partition_size", "zero_quantized_weights",
+                           "zero_quantized_gradients", "zero_contiguous_gradients",
+                           "zero_communication_data_type", "zero_qgz_variant", "mics_schedule"};
+    std::vector<std::pair<const char*, json>> out;
+    const auto table = json_defaults();
+    for (const char* key : order) {
+      for (const auto& [k2, v] : table)
+        if (k2 == key) out.emplace_back(key, v);
+      for (const auto& [k2, v] : not_flags)
+        if (std::string(k2) == key) out.emplace_back(key, v);
+    }
+    // a knob added to the table after this list is named too (after the listed ones)
+    for (const auto& [k2, v] : table) {
+      const std::string& key = k2;  // a structured binding is not capturable before C++20
+      const bool listed = std::any_of(std::begin(order), std::end(order),
+                                      [&](const char* o) { return key == o; });
+      if (!listed && k2 != "precision") out.emplace_back(strdup(k2.c_str()), v);
+    }
+    return out;
+  }();
   return k;
 }
 

@@ -23,6 +23,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "bench/cli/fsdp_config.h"
 #include "bench/cli/host_network.h"
 #include "bench/cli/peak_calibration.h"
+#include "bench/cli/config_binding.h"
 #include "bench/cli/run_options.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/comm/watchdog.h"
@@ -194,6 +195,19 @@ RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
   return {load_cluster(preset), ""};
 }
 
+// /proc/cpuinfo's first "model name" (the machine fingerprint's CPU), "unknown" without one.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(' '));
+      return v;
+    }
+  return "unknown";
+}
+
 std::string mib(uint64_t bytes) { return fmt::format("{:.1f}", double(bytes) / (1 << 20)); }
 
 // Where the step went (median over measured steps of the slowest rank's phases, seconds).
@@ -246,7 +260,7 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
     const nlohmann::json tp = it != results.end() ? it->value("throughput", nlohmann::json::object())
                                                   : nlohmann::json::object();
     fmt::print("{:<26} {:>12.0f} {:>10.4f} {:>10} {:>11} {:>11} {:>10.4f} {:>5.1f}% {:>5.1f}%  ok\n",
-               r.strategy, tokens_per_step / med, med, mib(r.peak_bytes), mib(r.sent_intra_all),
+               r.strategy, tp.value("tokens_per_s", tokens_per_step / med), med, mib(r.peak_bytes), mib(r.sent_intra_all),
                mib(r.sent_inter_all), median(r.exposed_s), 100 * tp.value("mfu", 0.0),
                100 * tp.value("hfu", 0.0));
   }
@@ -258,7 +272,8 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
 }  // namespace
 
 int run_command(const RunArgs& a, int argc, char** argv) {
-  RunConfig cfg = to_run_config(a);  // throws UsageError before any MPI
+  BoundOptions bound;
+  RunConfig cfg = to_run_config(a, &bound);  // throws UsageError before any MPI
   if (!inside_mpi_job()) {  // fail before any MPI job starts; rank 0 checks again in the job
     prepare_output_path("--out", a.out);
     OutputLock probe("--out", a.out);
@@ -287,6 +302,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                  a.ranks_per_node, mpi.world_size()));
   const Topology nodes = mpi.topology(a.ranks_per_node);
   check_group_knobs(cfg.options, nodes.world_size(), nodes.ranks_per_node());
+  if (bound.ds) check_group_knobs(*bound.ds, nodes.world_size(), nodes.ranks_per_node());
   const Topology topo = nodes.with_partition(cfg.options.mics_shard_size);
   const bool root = topo.rank() == 0;
   const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
@@ -310,6 +326,9 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     backend = make_nccl_backend(topo, topo.local_rank(), cuda_compute_stream(*device));
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
+    int drv = 0;
+    cudaDriverGetVersion(&drv);  // the machine fingerprint's GPU driver (CUDA API version)
+    env.gpu_driver = fmt::format("{}.{}", drv / 1000, drv % 1000 / 10);
     env.cuda_version = fmt::format("{}.{}", rt / 1000, rt % 1000 / 10);
     env.nccl_version = nccl_version_string();
     const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
@@ -337,6 +356,8 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     host_cores = hw.physical_cores;
   }
   env.device_name = device->name();
+  env.cpu_model = cpu_model_name();
+  env.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   env.mpi_version = mpi.library_version();
   env.blas_version = std::string("OpenBLAS ") + openblas_get_config() + " core " +
                      openblas_get_corename();
@@ -349,15 +370,6 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     network = hosts_network_from_env();
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
-  }
-  nlohmann::json config = config_json(cfg, topo);
-  if (network) {
-    // what was asked of the link (not what it measured): --resume must not mix shapings
-    const nlohmann::json& shaping = (*network)["shaping"];
-    config["inter_link"] = {
-        {"hosts", "netns"},
-        {"requested_gbps", shaping.is_object() ? shaping["requested_gbps"] : nlohmann::json()},
-        {"delay_ms", shaping.is_object() ? shaping["delay_ms"] : nlohmann::json()}};
   }
   Ledger ledger;
   // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
@@ -374,11 +386,27 @@ int run_command(const RunArgs& a, int argc, char** argv) {
                                                  parse_strategy_list(a.strategies),
                                                  a.strategies == "all");
   if (!a.fsdp_config.empty())
-    names = fsdp_config_strategies(cfg.options.fsdp_config.strategy,
+    names = fsdp_config_strategies(bound.fsdp->fsdp_config.strategy,
                                    a.strategies == "all" && a.ds_config.empty()
                                        ? std::vector<std::string>{}
                                        : names,
                                    a.strategies == "all");
+  std::vector<std::string> differ;  // row settings that differ (each result has its own)
+  cfg.options = bound.common(names, differ);
+  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
+  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
+  const std::string unequal = unequal_rows_warning(names, bound);
+  if (root && !unequal.empty()) fmt::print(stderr, "{}\n", unequal);
+  // the bound rows' common options: what --resume compares and the document records
+  nlohmann::json config = config_json(cfg, topo);
+  if (network) {
+    // what was asked of the link (not what it measured): --resume must not mix shapings
+    const nlohmann::json& shaping = (*network)["shaping"];
+    config["inter_link"] = {
+        {"hosts", "netns"},
+        {"requested_gbps", shaping.is_object() ? shaping["requested_gbps"] : nlohmann::json()},
+        {"delay_ms", shaping.is_object() ? shaping["delay_ms"] : nlohmann::json()}};
+  }
   const int tokens =
       topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
   if (root && !a.quiet)
@@ -412,6 +440,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   auto document = [&] {
     nlohmann::json doc = run_document(cfg, topo, env, results);
     doc["config"] = config;
+    if (!differ.empty()) doc["config"]["rows_differ"] = differ;
     doc["config"]["mfu_peak"] = peak.to_json();
     doc["prediction_cluster"] = pc.cluster ? cluster_json(*pc.cluster) : nlohmann::json();
     if (!pc.note.empty()) doc["prediction_cluster_note"] = pc.note;
@@ -433,12 +462,17 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       results.push_back(it->second);
       continue;
     }
-    StrategyRun run = run_strategy(names[i], cfg, mpi, comm, *device);
+    RunConfig row = cfg;  // this row's options: its config file's, or the flags'
+    row.options = bound.for_strategy(names[i]);
+    row.batch_per_rank = bound.batch_for(names[i]);
+    StrategyRun run = run_strategy(names[i], row, mpi, comm, *device);
     if (root && !a.quiet) {
       if (run.status == "ok")
         fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
                    names.size(), run.strategy, median(run.step_time_s),
-                   tokens / median(run.step_time_s), mib(run.peak_bytes));
+                   double(tokens) / cfg.options.grad_accum / cfg.batch_per_rank *
+                       row.options.grad_accum * row.batch_per_rank / median(run.step_time_s),
+                   mib(run.peak_bytes));
       else
         fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
                    run.error);
@@ -450,10 +484,11 @@ int run_command(const RunArgs& a, int argc, char** argv) {
       if (root && !a.quiet) fmt::print("        trace: {}\n", path);
     }
     run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
-    nlohmann::json result = result_json(run, cfg, topo, env);
+    nlohmann::json result = result_json(run, row, topo, env);
+    result["settings"] = row_settings(names[i], bound);
     if (run.status == "ok" && pc.cluster) {
       // The model's view of the same config, and how far the measurement is from it.
-      result["prediction"] = predict_for_run(cfg, topo, names[i], *pc.cluster);
+      result["prediction"] = predict_for_run(row, topo, names[i], *pc.cluster);
       result["prediction"]["cluster"] = pc.cluster->name;
       result["residuals"] = prediction_residuals(result["prediction"], result);
     }

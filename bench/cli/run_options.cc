@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
 #include "bench/cli/ddp_config.h"
 #include "bench/cli/fsdp_config.h"
@@ -19,166 +20,51 @@
 namespace sb {
 
 void add_run_options(CLI::App* app, RunArgs& a) {
-  app->add_option("--model", a.model, "Model preset (" + fmt::format("{}", fmt::join(preset_names(), "|")) + ") or L,C,H,T,V")
-      ->capture_default_str();
-  app->add_option("--strategies", a.strategies, "all, or a comma list of: " + fmt::format("{}", fmt::join(strategy_names(), ",")))
-      ->capture_default_str();
+  add_knob_options(app, a, Command::kRun);
+  const char* topo = help_group_name(HelpGroup::kTopology);
+  const char* meas = help_group_name(HelpGroup::kMeasurement);
+  const char* out = help_group_name(HelpGroup::kOutput);
   app->add_option("--np", a.np, "Launch a local MPI job of this many ranks (standalone use)")
-      ->check(CLI::Range(1, 4096));
-  app->add_option("--ranks-per-node", a.ranks_per_node,
-                  "Ranks per (virtual) node; 0 = from MPI_COMM_TYPE_SHARED")->capture_default_str();
-  app->add_option("--batch", a.batch, "Sequences per rank per step")->capture_default_str();
-  app->add_option("--steps", a.steps, "Measured steps")->capture_default_str();
-  app->add_option("--warmup", a.warmup, "Warm-up steps (run, not timed)")->capture_default_str();
-  app->add_option("--precision", a.precision, "fp32 | bf16-mixed")->capture_default_str();
-  app->add_option("--wrap", a.wrap, "FSDP wrap policy: block | model | every-K")->capture_default_str();
-  app->add_option("--bucket-mb", a.bucket_mb, "DDP/ZeRO gradient bucket size (MiB)")->capture_default_str();
-  app->add_option("--backward-prefetch", a.backward_prefetch, "FSDP backward prefetch: none | pre | post")
-      ->capture_default_str();
-  app->add_flag("--forward-prefetch", a.forward_prefetch, "FSDP forward prefetch");
-  app->add_option("--limit-all-gathers", a.limit_all_gathers, "FSDP rate limiter: on | off")
-      ->capture_default_str();
-  app->add_option("--overlap", a.overlap, "Overlap communication with compute: on | off")
-      ->capture_default_str();
+      ->check(CLI::Range(1, 4096))->group(topo);
   app->add_option("--collectives", a.collectives, "ring (counted) | mpi (library's own, modelled)")
-      ->capture_default_str();
-  app->add_option("--mem-limit-gb", a.mem_limit_gb, "Per-rank memory limit in GiB (0 = none)")
-      ->capture_default_str();
+      ->capture_default_str()->group(topo);
+  app->add_option("--device", a.device, "cpu | cuda")->capture_default_str()->group(topo);
+  app->add_option("--steps", a.steps, "Measured steps")->capture_default_str()->group(meas);
+  app->add_option("--warmup", a.warmup, "Warm-up steps (run, not timed)")->capture_default_str()->group(meas);
   app->add_option("--seed", a.seed, "Seed of the initial model and the data")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  app->add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str();
-  app->add_option("--prefetch-elements", a.prefetch_elements, "ZeRO-3 prefetch bucket (elements)")
-      ->transform(whole_number(1))
-      ->capture_default_str();
-  app->add_option("--persist-elements", a.persist_elements,
-                  "ZeRO-3 persistence threshold: tensors smaller stay whole (elements)")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  app->add_option("--max-live-elements", a.max_live_elements,
-                  "ZeRO-3 stage3_max_live_parameters: gathered elements the prefetch stays under")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  app->add_option("--model-persist-elements", a.model_persist_elements,
-                  "ZeRO-3 stage3_model_persistence_threshold: cap on all persistent elements")
-      ->transform(whole_number(0))
-      ->capture_default_str();
-  app->add_option("--zero-schedule", a.zero_schedule,
-                  "ZeRO schedule: shipped (DeepSpeed's defaults) | paper (reduce-scatter, "
-                  "always release)")
-      ->capture_default_str();
-  app->add_option("--zero-bucket-reduce", a.zero_bucket_reduce,
-                  "ZeRO-1/2 (shipped): all_reduce | reduce_per_owner (DeepSpeed's "
-                  "use_multi_rank_bucket_allreduce true | false)")
-      ->capture_default_str();
-  app->add_option("--ds-config", a.ds_config,
-                  "DeepSpeed config JSON: configures zero1/2/3 as DeepSpeed would");
-  app->add_option("--fsdp2-reshard-after-forward", a.fsdp2_reshard_after_forward,
-                  "FSDP2 reshard_after_forward: auto (None: every group but the root) | true (the "
-                  "root too) | false | K (ranks to reshard to: the node; the root too)")
-      ->capture_default_str();
-  app->add_option("--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype,
-                  "FSDP2 MixedPrecisionPolicy.reduce_dtype: auto (None: the gradients' dtype) | "
-                  "fp32 (reduce-scatter and sharded grads in fp32)")
-      ->capture_default_str();
-  app->add_option("--fsdp2-mixed-precision", a.fsdp2_mixed_precision,
-                  "FSDP2 preset: none | torchtitan (param_dtype bf16, reduce_dtype fp32: "
-                  "implies --precision bf16-mixed --fsdp2-reduce-dtype fp32)")
-      ->capture_default_str();
-  app->add_option("--fsdp2-prefetch", a.fsdp2_prefetch,
-                  "FSDP2 groups all-gathered ahead in forward and backward (1 = implicit)")
-      ->capture_default_str();
-  app->add_option("--mics-shard-size", a.mics_shard_size,
-                  "MiCS ranks per partition group; must divide the world (0 = ranks per node)")
-      ->capture_default_str();
-  app->add_option("--mics-schedule", a.mics_schedule,
-                  "MiCS: shipped (ZeRO-3's fetch, release and bucketed reduce over the partition, "
-                  "one replica all-reduce per step) | per-unit (FSDP2-style units)")
-      ->capture_default_str();
-  app->add_option("--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
-                  "MiCS two-level all-gather (across nodes, then inside) when a partition spans "
-                  "nodes: on | off")
-      ->capture_default_str();
-  app->add_option("--zero-hpz-partition-size", a.zero_hpz_partition_size,
-                  "ZeRO++ hpZ (zero3): ranks of the secondary parameter partition gathered in "
-                  "backward; 1 = off, else the ranks per node")
-      ->capture_default_str();
-  app->add_option("--zero-quantized-weights", a.zero_quantized_weights,
-                  "ZeRO++ qwZ (zero3): int8 block-quantised parameter all-gathers: on | off")
-      ->capture_default_str();
-  app->add_option("--zero-quantized-gradients", a.zero_quantized_gradients,
-                  "ZeRO++ qgZ (zero3): int4 gradients over a hierarchical all-to-all (inside "
-                  "the node, then across nodes; one node: the reduce-scatter): on | off")
-      ->capture_default_str();
-  app->add_option("--zero-contiguous-gradients", a.zero_contiguous_gradients,
-                  "DeepSpeed contiguous_gradients (zero3, mics): the reduce_bucket_size IPG "
-                  "buffer (--bucket-mb) allocated up front and held: on | off")
-      ->capture_default_str();
-  app->add_option("--zero-communication-data-type", a.zero_communication_data_type,
-                  "DeepSpeed communication_data_type (zero3): auto (the gradients' dtype) | fp16 "
-                  "(bf16-mixed only: what qgZ's quantiser reads)")
-      ->capture_default_str();
-  app->add_option("--zero-qgz-variant", a.zero_qgz_variant,
-                  "qgZ: shipped (fp16 gradients only; L x the mean on the quantised path) | "
-                  "suite (any dtype quantised; the mean everywhere)")
-      ->capture_default_str();
-  app->add_option("--grad-accum", a.grad_accum,
-                  "Micro-batches of --batch per rank per optimizer step (gradient accumulation)")
-      ->capture_default_str();
-  app->add_option("--fsdp-no-sync", a.fsdp_no_sync,
-                  "FSDP under --grad-accum: on = no_sync() (one reduce-scatter, unsharded grads "
-                  "kept) | off = reduce-scatter every micro-batch")
-      ->capture_default_str();
-  app->add_option("--ddp-config", a.ddp_config,
-                  "JSON of DistributedDataParallel arguments for ddp (README: DDP as shipped)");
-  app->add_option("--fsdp-config", a.fsdp_config,
-                  "JSON of FullyShardedDataParallel arguments: configures the fsdp_* strategy it "
-                  "selects as FSDP would (README: FSDP as shipped)");
-  app->add_option("--fsdp-use-orig-params", a.fsdp_use_orig_params,
-                  "FSDP use_orig_params: on = each tensor 16-byte aligned in the FlatParameter")
-      ->capture_default_str();
-  app->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
-  app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
-      ->capture_default_str();
-  app->add_option("--trace", a.trace,
-                  "Directory for a Chrome/Perfetto trace per strategy (<strategy>.trace.json)");
+      ->transform(whole_number(0))->capture_default_str()->group(meas);
+  app->add_option("--lr", a.lr, "AdamW learning rate")->capture_default_str()->group(meas);
   app->add_option("--peak-gflops", a.peak_gflops,
-                  "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)");
-  app->add_option("--seq", a.seq, "Tokens per sample (<= the model's context; 0 = the context)")
-      ->capture_default_str();
-  app->add_flag("--untied-head", a.untied_head, "Separate LM head weight (default: tied to wte)");
-  app->add_option("--arch", a.arch,
-                  "Block of an L,C,H,T,V spec: gpt2 (default) | llama (RMSNorm, SwiGLU, RoPE, "
-                  "untied head); a preset names its own (llama2-7b, ...)");
-  app->add_option("--attention", a.attention,
-                  "naive (stores the TxT probabilities) | fused (FlashAttention: row log-sum-exp)")
-      ->capture_default_str();
-  app->add_option("--cross-entropy", a.cross_entropy,
-                  "full (logits, their fp32 upcast and probabilities held) | chunked (loss and "
-                  "its gradient in fp32 one chunk of rows at a time, over the logits)")
-      ->capture_default_str();
-  app->add_option("--activation-checkpointing", a.activation_checkpointing,
-                  "none | block | every-K: keep only a checkpointed block's input, recompute "
-                  "its forward in backward (every K-th block)")
-      ->capture_default_str();
-  app->add_flag("--quiet", a.quiet, "No progress lines (the table is still printed)");
+                  "Peak GFLOP/s per device for MFU (0 = measure the sgemm ceiling)")->group(meas);
   app->add_option("--timeout-s", a.timeout_s,
                   "Watchdog: abort the job when a collective waits longer than this (s)")
-      ->capture_default_str();
-  app->add_flag("--resume", a.resume, "Skip strategies already ok in --out (same config)");
-  app->add_option("--hosts", a.hosts,
-                  "netns: run on H = np / ranks-per-node (default 2) network-namespace hosts "
-                  "of this machine on one bridge (root; ci/two_host.sh), and count the bytes "
-                  "on their links");
-  app->add_option("--inter-gbps", a.inter_gbps,
-                  "--hosts netns: shape every host's link to this rate in Gb/s with tc tbf, "
-                  "checked by a timed transfer before the run (default 0: unshaped)");
-  app->add_option("--inter-latency-ms", a.inter_latency_ms,
-                  "--hosts netns: one-way delay of every inter-host path in ms (tc netem; "
-                  "refused on a kernel without sch_netem)");
+      ->capture_default_str()->group(meas);
+  app->add_option("--out", a.out, "Results JSON (written atomically after each strategy)")
+      ->capture_default_str()->group(out);
+  app->add_option("--trace", a.trace,
+                  "Directory for a Chrome/Perfetto trace per strategy (<strategy>.trace.json)")->group(out);
+  app->add_flag("--quiet", a.quiet, "No progress lines (the table is still printed)")->group(out);
+  app->add_flag("--resume", a.resume, "Skip strategies already ok in --out (same config)")->group(out);
   app->add_option("--inject-fault", a.inject_fault, "")->group("");  // hidden test flag
   app->add_option("--inject-slowdown", a.inject_slowdown, "")->group("");  // hidden test flag
   app->add_option("--peak-calibration", a.peak_calibration, "")->group("");  // launcher -> ranks
+  app->footer(
+      "Workload, topology and strategy flags are predict's too, spelt the same; only run "
+      "takes --np, --hosts, --inter-gbps, --inter-latency-ms, --collectives, --device and the "
+      "Measurement and Output groups.\n\n"
+      "Examples:\n"
+      "  shardbench run --np 4 --model tiny --strategies ddp,zero2,fsdp_full_shard --steps 2\n"
+      "  shardbench run --np 4 --ranks-per-node 2 --model small --ds-config my_ds.json "
+      "--strategies zero2,fsdp_full_shard\n"
+      "  shardbench run --np 2 --model tiny --strategies zero3 --zero-quantized-weights on "
+      "--trace traces/\n");
+}
+
+void record_given_flags(CLI::App* app, std::set<std::string>& given) {
+  app->final_callback([app, &given] {
+    for (const CLI::Option* opt : app->get_options())
+      if (opt->count() > 0) given.insert(opt->get_name());
+  });
 }
 
 CLI::Validator whole_number(uint64_t min, uint64_t max) {
@@ -217,7 +103,8 @@ std::vector<std::string> parse_strategy_list(const std::string& s) {
     if (end == std::string::npos) end = s.size();
     std::string name = s.substr(pos, end - pos);
     if (find_strategy(name) == nullptr)
-      throw UsageError(fmt::format("--strategies: unknown strategy '{}'; allowed: all or {}", name,
+      throw UsageError(fmt::format("--strategies: unknown strategy '{}'{}; allowed: all or {}", name,
+                                   did_you_mean(name, strategy_names()),
                                    fmt::join(strategy_names(), ",")));
     if (std::find(out.begin(), out.end(), name) != out.end())
       throw UsageError(fmt::format(
@@ -233,28 +120,27 @@ template <class T>
 void require(bool ok, const char* flag, const T& value, const char* allowed) {
   if (!ok) throw UsageError(fmt::format("{} {}: allowed {}", flag, value, allowed));
 }
-// FSDP2's MixedPrecisionPolicy from --fsdp2-reduce-dtype and the --fsdp2-mixed-precision preset
-// (torchtitan: TrainingConfig.mixed_precision_param bfloat16, mixed_precision_reduce float32,
-// torchtitan/config/configs.py; applied by torchtitan/distributed/fsdp.py apply_fsdp_to_decoder).
-void apply_fsdp2_mixed_precision(const RunArgs& a, StrategyOptions& o) {
-  require(a.fsdp2_reduce_dtype == "auto" || a.fsdp2_reduce_dtype == "fp32",
-          "--fsdp2-reduce-dtype", a.fsdp2_reduce_dtype, "auto|fp32");
-  require(a.fsdp2_mixed_precision == "none" || a.fsdp2_mixed_precision == "torchtitan",
-          "--fsdp2-mixed-precision", a.fsdp2_mixed_precision, "none|torchtitan");
-  o.fsdp2_reduce_fp32 = a.fsdp2_reduce_dtype == "fp32";
-  if (a.fsdp2_mixed_precision != "torchtitan") return;
-  o.precision = Precision::kBf16Mixed;
-  o.fsdp2_reduce_fp32 = true;
-}
-
 }  // namespace
 
-RunConfig to_run_config(const RunArgs& a) {
+void bind_fsdp_reduce_dtype(const std::string& path, const std::string& strategies,
+                            bool file_reduce_fp32, const StrategyOptions& file,
+                            StrategyOptions& flags) {
+  if (!file_reduce_fp32 || file.precision != Precision::kBf16Mixed) return;
+  for (const std::string& s : strategies == "all" ? strategy_names() : parse_strategy_list(strategies))
+    if (s.rfind("fsdp_", 0) == 0)
+      throw UsageError(fmt::format(
+          "--fsdp-config {}: mixed_precision.reduce_dtype float32 with param_dtype bfloat16 is "
+          "modelled for fsdp2 and fsdp2_hsdp only; allowed: --strategies fsdp2,fsdp2_hsdp", path));
+  flags.precision = file.precision;
+  flags.fsdp2_reduce_fp32 = true;
+}
+
+RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   RunConfig c;
   try {
     c.model = parse_model(a.model, a.arch);
   } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
+    throw UsageError(e.what() + did_you_mean(a.model, preset_names()));
   }
   c.model.tied_head = c.model.tied_head && !a.untied_head;  // llama: always untied
   try {
@@ -276,7 +162,6 @@ RunConfig to_run_config(const RunArgs& a) {
     }
   }
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
-  require(a.ranks_per_node >= 0, "--ranks-per-node", a.ranks_per_node, ">= 0");
   require(a.hosts.empty() || a.hosts == "netns", "--hosts", a.hosts, "netns");
   require(a.inter_gbps == 0 || !a.hosts.empty(), "--inter-gbps", a.inter_gbps,
           "only with --hosts netns (the link between namespace hosts)");
@@ -290,51 +175,11 @@ RunConfig to_run_config(const RunArgs& a) {
   if (a.np > 0 && a.ranks_per_node > 0 && a.np % a.ranks_per_node != 0)
     throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size (--np {})",
                                  a.ranks_per_node, a.np));
-  require(a.batch >= 1 && a.batch <= 65536, "--batch", a.batch, "1..65536");
   require(a.steps >= 1 && a.steps <= 1000000, "--steps", a.steps, "1..1000000");
   require(a.warmup >= 0 && a.warmup <= 1000000, "--warmup", a.warmup, "0..1000000");
-  require(a.precision == "fp32" || a.precision == "bf16-mixed", "--precision", a.precision,
-          "fp32|bf16-mixed");
-  bool wrap_ok = a.wrap == "block" || a.wrap == "model";
-  if (a.wrap.rfind("every-", 0) == 0) {
-    const std::string k = a.wrap.substr(6);
-    wrap_ok = !k.empty() && k.size() < 6 && k.find_first_not_of("0123456789") == std::string::npos &&
-              std::stoi(k) >= 1;
-  }
-  require(wrap_ok, "--wrap", a.wrap, "block|model|every-K with K >= 1");
-  require(a.bucket_mb > 0 && a.bucket_mb <= 1 << 20, "--bucket-mb", a.bucket_mb, "(0, 1048576]");
-  require(a.backward_prefetch == "none" || a.backward_prefetch == "pre" ||
-              a.backward_prefetch == "post",
-          "--backward-prefetch", a.backward_prefetch, "none|pre|post");
-  require(a.limit_all_gathers == "on" || a.limit_all_gathers == "off", "--limit-all-gathers",
-          a.limit_all_gathers, "on|off");
-  require(a.overlap == "on" || a.overlap == "off", "--overlap", a.overlap, "on|off");
   require(a.collectives == "ring" || a.collectives == "mpi", "--collectives", a.collectives,
           "ring|mpi");
-  require(a.mem_limit_gb >= 0 && a.mem_limit_gb < 1e6, "--mem-limit-gb", a.mem_limit_gb,
-          "0 (none) or a positive size in GiB");
   require(a.lr > 0 && a.lr < 10, "--lr", a.lr, "(0, 10)");
-  require(a.fsdp_no_sync == "on" || a.fsdp_no_sync == "off", "--fsdp-no-sync", a.fsdp_no_sync,
-          "on|off");
-  require(a.grad_accum >= 1 && a.grad_accum <= 4096, "--grad-accum", a.grad_accum, "1..4096");
-  require(a.prefetch_elements >= 1, "--prefetch-elements", a.prefetch_elements, ">= 1");
-  const std::string& raf = a.fsdp2_reshard_after_forward;
-  const bool raf_int = !raf.empty() && raf.size() < 6 &&
-                       raf.find_first_not_of("0123456789") == std::string::npos &&
-                       std::stoi(raf) >= 1;
-  require(raf == "auto" || raf == "true" || raf == "false" || raf_int,
-          "--fsdp2-reshard-after-forward", raf, "auto|true|false|K with K >= 1");
-  require(a.fsdp2_prefetch >= 0 && a.fsdp2_prefetch <= 64, "--fsdp2-prefetch", a.fsdp2_prefetch,
-          "0..64");
-  require(a.mics_shard_size >= 0, "--mics-shard-size", a.mics_shard_size, ">= 0");
-  require(a.mics_hierarchical_params_gather == "on" || a.mics_hierarchical_params_gather == "off",
-          "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather, "on|off");
-  require(a.zero_hpz_partition_size >= 1 && a.zero_hpz_partition_size <= 1 << 20,
-          "--zero-hpz-partition-size", a.zero_hpz_partition_size, "1 (off) or the ranks per node");
-  require(a.zero_quantized_weights == "on" || a.zero_quantized_weights == "off",
-          "--zero-quantized-weights", a.zero_quantized_weights, "on|off");
-  require(a.zero_quantized_gradients == "on" || a.zero_quantized_gradients == "off",
-          "--zero-quantized-gradients", a.zero_quantized_gradients, "on|off");
   require(a.device == "cpu" || a.device == "cuda", "--device", a.device, "cpu|cuda");
   require(!a.out.empty(), "--out", "''", "a file path");
   require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
@@ -373,77 +218,29 @@ RunConfig to_run_config(const RunArgs& a) {
             "rank:step:exit|hang|oom or 0:N:kill-mid-write|kill-before-rename");
   }
   auto& o = c.options;
-  o.precision = a.precision == "fp32" ? Precision::kFp32 : Precision::kBf16Mixed;
-  o.wrap = a.wrap;
-  o.bucket_mb = a.bucket_mb;
-  o.backward_prefetch = a.backward_prefetch == "none"  ? BackwardPrefetch::kNone
-                        : a.backward_prefetch == "pre" ? BackwardPrefetch::kPre
-                                                       : BackwardPrefetch::kPost;
-  o.forward_prefetch = a.forward_prefetch;
-  o.limit_all_gathers = a.limit_all_gathers == "on";
-  o.overlap = a.overlap == "on";
-  o.prefetch_elements = a.prefetch_elements;
-  o.persist_elements = a.persist_elements;
-  o.max_live_elements = a.max_live_elements;
-  o.model_persist_elements = a.model_persist_elements;
-  o.fsdp2_reshard_after_forward = raf == "auto"    ? kFsdp2ReshardAuto
-                                  : raf == "true"  ? kFsdp2ReshardTrue
-                                  : raf == "false" ? 0
-                                                   : std::stoi(raf);
-  o.fsdp2_prefetch = a.fsdp2_prefetch;
+  o = knob_options(a);  // every tabled flag checked against its row (bench/cli/options_table.h)
   o.adamw.lr = float(a.lr);
   o.seed = a.seed;
-  o.grad_accum = a.grad_accum;
-  o.fsdp_no_sync = a.fsdp_no_sync == "on";
-  if (!a.ddp_config.empty()) parse_ddp_config(a.ddp_config, o.ddp);
-  require(a.fsdp_use_orig_params == "on" || a.fsdp_use_orig_params == "off",
-          "--fsdp-use-orig-params", a.fsdp_use_orig_params, "on|off");
-  o.fsdp_use_orig_params = a.fsdp_use_orig_params == "on";
-  apply_fsdp2_mixed_precision(a, o);
-  if (!a.fsdp_config.empty()) {  // the file's FSDP defaults replace the flags'
-    read_fsdp_config(a.fsdp_config, o);
-    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
-      fsdp_config_strategies(o.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
-    if (o.fsdp2_reduce_fp32 && o.precision == Precision::kBf16Mixed)
-      for (const std::string& s : a.strategies == "all" ? strategy_names()
-                                                        : parse_strategy_list(a.strategies))
-        if (s.rfind("fsdp_", 0) == 0)
-          throw UsageError(fmt::format(
-              "--fsdp-config {}: mixed_precision.reduce_dtype float32 with param_dtype bfloat16 "
-              "is modelled for fsdp2 and fsdp2_hsdp only; allowed: --strategies fsdp2,fsdp2_hsdp",
-              a.fsdp_config));
-  }
-  o.mics_shard_size = a.mics_shard_size;
-  o.mics_hierarchical_params_gather = a.mics_hierarchical_params_gather == "on";
-  require(a.mics_schedule == "shipped" || a.mics_schedule == "per-unit", "--mics-schedule",
-          a.mics_schedule, "shipped|per-unit");
-  o.mics_schedule = a.mics_schedule == "per-unit" ? MicsSchedule::kPerUnit : MicsSchedule::kShipped;
-  require(!o.mics_hierarchical_params_gather || o.mics_schedule == MicsSchedule::kPerUnit,
-          "--mics-hierarchical-params-gather", a.mics_hierarchical_params_gather,
-          "on only with --mics-schedule per-unit");
-  o.zero_hpz_partition_size = a.zero_hpz_partition_size;
-  o.zero_quantized_weights = a.zero_quantized_weights == "on";
-  o.zero_quantized_gradients = a.zero_quantized_gradients == "on";
-  require(a.zero_contiguous_gradients == "on" || a.zero_contiguous_gradients == "off",
-          "--zero-contiguous-gradients", a.zero_contiguous_gradients, "on|off");
-  o.zero_contiguous_gradients = a.zero_contiguous_gradients == "on";
-  require(a.zero_communication_data_type == "auto" || a.zero_communication_data_type == "fp16",
-          "--zero-communication-data-type", a.zero_communication_data_type, "auto|fp16");
-  require(a.zero_communication_data_type == "auto" || o.precision == Precision::kBf16Mixed,
-          "--zero-communication-data-type", a.zero_communication_data_type,
-          "auto with fp32 (fp16 reductions of fp32 training are not modelled)");
-  o.zero_comm_fp16 = a.zero_communication_data_type == "fp16";
-  require(a.zero_qgz_variant == "shipped" || a.zero_qgz_variant == "suite", "--zero-qgz-variant",
-          a.zero_qgz_variant, "shipped|suite");
-  o.zero_qgz_variant = a.zero_qgz_variant == "suite" ? QgzVariant::kSuite : QgzVariant::kShipped;
   // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
   if (a.np > 0 && a.hosts.empty())
     check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
-  require(a.zero_schedule == "shipped" || a.zero_schedule == "paper", "--zero-schedule",
-          a.zero_schedule, "shipped|paper");
-  apply_zero_schedule(a.zero_schedule == "paper" ? ZeroSchedule::kPaper : ZeroSchedule::kShipped,
-                      o);
-  apply_zero_bucket_reduce(a.zero_bucket_reduce, a.zero_schedule, !a.ds_config.empty(), o);
+  BoundOptions local;
+  BoundOptions& b = bound ? *bound : local;
+  b.flags = o;
+  b.flags_batch = c.batch_per_rank;
+  if (!a.fsdp_config.empty()) {  // FSDP's defaults where the file is silent, for fsdp_* rows only
+    StrategyOptions f = o;
+    f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
+    read_fsdp_config(a.fsdp_config, f);
+    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
+    f.fsdp2_reduce_fp32 = o.fsdp2_reduce_fp32;
+    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
+    check_flag_conflicts(a.given, o, f, ConfigFamily::kFsdp, a.fsdp_config);
+    b.fsdp = f;
+    b.fsdp_path = a.fsdp_config;
+    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
+      fsdp_config_strategies(f.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
+  }
   if (a.ds_config.empty()) {
     check_qgz_contract(o);
     return c;
@@ -451,16 +248,20 @@ RunConfig to_run_config(const RunArgs& a) {
   require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
           "shipped with --ds-config (the file configures DeepSpeed as shipped)");
   const DsConfig d = read_ds_config(a.ds_config, c);
-  if (!a.fsdp_config.empty() && d.applied.options.precision != o.precision)
-    throw UsageError(fmt::format("--fsdp-config {}: its mixed_precision disagrees with the "
-                                 "--ds-config file's bf16; allowed: the same precision in both",
-                                 a.fsdp_config));
+  check_flag_conflicts(a.given, o, d.applied.options, ConfigFamily::kDeepSpeed, a.ds_config);
   // the file's stage against --strategies, checked here: before any rank starts
   ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
   if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
     check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
   check_qgz_contract(d.applied.options);
-  return d.applied;
+  check_batch_conflict(a.given, c.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
+  b.ds = d.applied.options;
+  b.ds_path = a.ds_config;
+  b.ds_batch = d.applied.batch_per_rank;
+  c.ds_config = d.applied.ds_config;
+  c.ds_config_stage = d.applied.ds_config_stage;
+  c.ds_config_ignored = d.applied.ds_config_ignored;
+  return c;
 }
 
 void apply_zero_bucket_reduce(const std::string& value, const std::string& zero_schedule,

@@ -4,78 +4,35 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "bench/cli/options_table.h"
 #include "harness/run/trainer.h"
 
 namespace sb {
 
-struct RunArgs {
-  std::string model = "small";
-  std::string strategies = "all";
+// The table's knobs (bench/cli/options_table.h) plus what only a local run takes.
+struct RunArgs : Knobs {
   int np = 0;              // standalone launch: start an mpirun of this many ranks
-  int ranks_per_node = 0;  // 0: from MPI_COMM_TYPE_SHARED
-  int batch = 4;
   int steps = 5;
   int warmup = 1;
-  std::string precision = "fp32";
-  std::string wrap = "block";
-  double bucket_mb = 25;
-  std::string backward_prefetch = "pre";
-  bool forward_prefetch = false;
-  std::string limit_all_gathers = "on";
-  std::string overlap = "on";
   std::string collectives = "ring";
-  double mem_limit_gb = 0;
   uint64_t seed = 1234;
   double lr = 1e-3;
-  uint64_t prefetch_elements = 50'000'000;
-  uint64_t persist_elements = 0;
-  uint64_t max_live_elements = 1'000'000'000;                  // stage3_max_live_parameters
-  uint64_t model_persist_elements = 9'223'372'036'854'775'807ULL;  // stage3_model_persistence_threshold
-  std::string zero_schedule = "shipped";  // ZeRO: DeepSpeed as shipped, or the paper's
-  std::string ds_config;                  // DeepSpeed config JSON (zero1/2/3)
-  std::string zero_bucket_reduce = "all_reduce";  // use_multi_rank_bucket_allreduce true|false
-  std::string fsdp2_reshard_after_forward = "auto";  // auto | true | false | K
-  int fsdp2_prefetch = 1;
-  std::string fsdp2_reduce_dtype = "auto";      // auto (None: the grads' dtype) | fp32
-  std::string fsdp2_mixed_precision = "none";   // none | torchtitan (bf16 params, fp32 reduce)
-  int mics_shard_size = 0;  // 0: ranks per node
-  std::string mics_hierarchical_params_gather = "off";
-  std::string mics_schedule = "shipped";  // shipped (ZeRO-3's coordinator) | per-unit
-  int zero_hpz_partition_size = 1;            // ZeRO++ hpZ (zero3): 1 off, else ranks per node
-  std::string zero_quantized_weights = "off";  // ZeRO++ qwZ (zero3): on | off
-  std::string zero_quantized_gradients = "off";  // ZeRO++ qgZ (zero3): on | off
-  std::string zero_contiguous_gradients = "on";  // ZeRO-3's IPG buffer: on | off
-  std::string zero_communication_data_type = "auto";  // auto (the grads') | fp16 (bf16 runs)
-  std::string zero_qgz_variant = "shipped";          // shipped | suite
   std::string device = "cpu";
-  int grad_accum = 1;      // --grad-accum K
-  std::string fsdp_no_sync = "on";
-  std::string ddp_config;  // --ddp-config FILE (bench/cli/ddp_config.h)
-  std::string fsdp_config;  // --fsdp-config FILE (bench/cli/fsdp_config.h)
-  std::string fsdp_use_orig_params = "off";
   std::string out = "results/runs/latest.json";  // git-ignored: a checkout stays clean
   double peak_gflops = 0;  // 0: measure the single-core sgemm ceiling at start
-  int seq = 0;  // tokens per sample; 0 = the model's context
-  bool untied_head = false;
-  std::string attention = "fused";  // naive | fused
-  std::string cross_entropy = "full";  // full | chunked
-  std::string activation_checkpointing = "none";  // none | block | every-K
-  std::string arch;  // gpt2 | llama; "" = the preset's (gpt2 for a spec)
   bool quiet = false;
   std::string inject_fault;
   double inject_slowdown = 0;    // hidden test flag: each measured step sleeps this fraction more
   std::string peak_calibration;  // hidden: the launcher's sgemm calibration, handed to the ranks
   double timeout_s = 600;  // watchdog on every collective
   bool resume = false;     // skip strategies already ok in --out (same config)
-  std::string hosts;       // "netns": namespace hosts on this machine (ci/two_host.sh)
-  double inter_gbps = 0;         // --hosts netns: tbf rate of every host's link (0: unshaped)
-  double inter_latency_ms = -1;  // --hosts netns: netem one-way delay (< 0: none)
   std::string trace;       // directory for one Chrome trace per strategy ("" = none)
 };
 
@@ -89,8 +46,20 @@ struct UsageError : std::runtime_error {
 // hands CLI11 the plain digits, so an unsigned flag never wraps a negative value to 2^64 - 1.
 CLI::Validator whole_number(uint64_t min, uint64_t max = UINT64_MAX);
 
+struct BoundOptions;  // bench/cli/config_binding.h
+
 void add_run_options(CLI::App* app, RunArgs& a);
-RunConfig to_run_config(const RunArgs& a);  // throws UsageError
+// After `app` parses, `given` holds the long names of the flags typed (a file's settings
+// conflict only with a flag the user gave, never with a default).
+void record_given_flags(CLI::App* app, std::set<std::string>& given);
+// The flags' config; `bound` (if given) gets each config file's options for its rows.
+RunConfig to_run_config(const RunArgs& a, BoundOptions* bound = nullptr);  // throws UsageError
+// An FSDP file's MixedPrecisionPolicy(param_dtype bf16, reduce_dtype fp32) is FSDP2's (FSDP1 does
+// not model it, so an fsdp_* row is refused): it sets the flags' rows, which fsdp2 and
+// fsdp2_hsdp read. Throws UsageError.
+void bind_fsdp_reduce_dtype(const std::string& path, const std::string& strategies,
+                            bool file_reduce_fp32, const StrategyOptions& file,
+                            StrategyOptions& flags);
 // The group-size knobs against the world (N ranks, G per node), once both are known: FSDP2's
 // integer reshard_after_forward and MiCS's partition. Throws UsageError.
 void check_group_knobs(const StrategyOptions& o, int world, int ranks_per_node);

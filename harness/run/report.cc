@@ -379,6 +379,26 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
   return r;
 }
 
+json machine_json(const Environment& env) {
+  json m = {{"cpu_model", env.cpu_model}, {"cores", env.cores},
+            {"calibrated_peak_gflops", env.peak_flops_per_device / 1e9},
+            {"peak_source", env.peak_flops_source}, {"blas", env.blas_version},
+            {"mpi", env.mpi_version}};
+  if (env.backend == "cuda-nccl") {
+    m["gpu_device"] = env.device_name;
+    m["gpu_driver"] = env.gpu_driver;
+  }
+  const std::string identity = env.cpu_model + "|" + std::to_string(env.cores) + "|" +
+                               env.blas_version + "|" + env.mpi_version + "|" +
+                               m.value("gpu_device", "") + "|" + env.gpu_driver;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a: a stable short name, not a secret
+  for (unsigned char c : identity) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  m["fingerprint"] = hex;
+  return m;
+}
+
 json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
                   const std::vector<json>& results) {
   json versions{{"mpi", env.mpi_version}, {"blas", env.blas_version}, {"compiler", env.compiler}};
@@ -394,6 +414,7 @@ json run_document(const RunConfig& cfg, const Topology& topo, const Environment&
               {"backend", env.backend},
               {"device_name", env.device_name},
               {"versions", versions},
+              {"machine", machine_json(env)},
               {"traffic_accounting", counted ? "counted" : "modelled"},
               {"config", config_json(cfg, topo)},
               {"results", results}};

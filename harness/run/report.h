@@ -26,12 +26,20 @@ struct Environment {
   // physical_cores, ranks, cores_from. Its "definition" names the counting rule, so a
   // comparison of MFU across files can tell a changed denominator from a changed speed.
   nlohmann::json peak_basis = nlohmann::json::object();
+  std::string cpu_model, gpu_driver;  // the machine fingerprint's identity (machine_json)
+  int cores = 0;
 };
 
 // The counting rule of throughput.peak_basis.definition: the hardware found (physical cores
 // of the distinct machines, min'd with the ranks on each; one GPU per rank). Files without it
 // divided a CPU run by min(world, cores x nodes), virtual nodes counted as machines.
 inline constexpr const char* kPeakDefinition = "hardware";
+
+// The machine a run measured on: CPU model, cores, calibrated peak, BLAS, MPI, and on GPU the
+// device and driver, with `fingerprint`, a hash of everything but the peak (a measurement of
+// the machine, not its identity). Time-like metrics compare raw only between equal
+// fingerprints (plots/compare.py).
+nlohmann::json machine_json(const Environment& env);
 
 // The Llama block's shape keys (arch, n_kv_head, ffn_hidden, rope_theta) into a model object;
 // nothing for the GPT-2 block, whose objects stay as before --arch existed.

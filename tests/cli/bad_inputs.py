@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # The bad inputs the suite must reject with one line naming the flag and exit code 2, and
-# nothing written. Imported by test_cli.py; run directly it prints the README's table:
+# nothing written. Imported by test_cli.py; run directly it prints the table of docs/bad-input.md:
 #   tests/cli/bad_inputs.py BUILD_DIR
 import os
 import subprocess
@@ -146,7 +146,7 @@ CASES = [
     # qgZ as shipped quantises fp16: bf16 gradients need communication_data_type fp16
     (["run", "--model", "tiny", "--precision", "bf16-mixed", "--zero-quantized-gradients", "on"],
      "zero_quantized_gradients on bf16 gradients"),
-    (["predict", "--model", "tiny", "--zero-quantized-gradients"],
+    (["predict", "--model", "tiny", "--zero-quantized-gradients", "on"],
      "zero_quantized_gradients on bf16 gradients"),
     (["run", "--model", "tiny", "--zero-communication-data-type", "fp16"],
      "--zero-communication-data-type fp16"),
@@ -160,6 +160,28 @@ CASES = [
      "--fsdp2-reshard-after-forward None"),
     (["predict", "--model", "tiny", "--world", "4", "--ranks-per-node", "2",
       "--zero-hpz-partition-size", "4"], "--zero-hpz-partition-size 4"),
+    (["run", "--model", "tiny", "--precision", "bf16-mixed", "--ds-config",
+      f"{DS}/zero2_fp32_no_overlap.json"], "--precision bf16-mixed conflicts with --ds-config"),
+    (["predict", "--model", "tiny", "--overlap", "on", "--ds-config",
+      f"{DS}/zero2_fp32_no_overlap.json"], "--overlap on conflicts with --ds-config"),
+    (["predict", "--model", "tiny", "--backward-prefetch", "pre", "--fsdp-config",
+      f"{FS}/defaults.json"], "--backward-prefetch pre conflicts with --fsdp-config"),
+    (["run", "--model", "tiny", "--precision", "bf16-mixed", "--strategies", "ddp,fsdp_full_shard",
+      "--fsdp-config", f"{FS}/defaults.json"], "--precision bf16-mixed conflicts with --fsdp-config"),
+    (["predict", "--model", "tiny", "--fsdp-config", f"{FS}/bad_unknown_key.json"], "--fsdp-config"),
+    (["run", "--model", "tiny", "--batch", "4", "--ds-config", f"{DS}/zero2_micro_batch.json"],
+     "--batch 4 conflicts with --ds-config"),
+    (["run", "--model", "tiny", "--ranks-per-nodes", "2"], "did you mean --ranks-per-node?"),
+    (["predict", "--strategies", "zero3,fsdp_ful_shard"], "did you mean fsdp_full_shard?"),
+    (["predict", "--model", "gpt2-125m"], "did you mean gpt2-124m?"),
+    (["run", "--model", "smal"], "did you mean small?"),
+    (["predict", "--cluster", "dgx-h10"], "did you mean dgx-h100?"),
+    (["predict", "--precision", "bf16"], "did you mean bf16-mixed?"),
+    (["predcit"], "did you mean predict?"),
+    ([], "missing command"),
+    (["predict", "--zero-quantized-weights", "yes"], "--zero-quantized-weights yes: allowed on|off"),
+    (["predict", "--fsdp2-reshard-after-forward", "-1"], "--fsdp2-reshard-after-forward -1"),
+    (["predict", "--limit-all-gathers", "maybe"], "--limit-all-gathers maybe"),
     (["launch"], "launch"),
     (["export", "--format", "csv", "x.json"], "--format"),
     (["export", "--format", "bencher", "/nonexistent.json"], "cannot open"),
@@ -190,7 +212,7 @@ CASES = [
 
 def run_case(sb, args):
     out = os.path.join(tempfile.mkdtemp(prefix="sbbad"), "never.json")
-    extra = ["--out", out] if args[0] == "run" and "--out" not in args else []
+    extra = ["--out", out] if args[:1] == ["run"] and "--out" not in args else []
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     p = subprocess.run([sb, *args, *extra], capture_output=True, text=True, timeout=60, env=env)
     return p, out

@@ -5,6 +5,7 @@
 # and one-line usage errors with exit code 2. Usage: test_cli.py BUILD_DIR
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -227,13 +228,69 @@ class RunTest(unittest.TestCase):
         # An empty file is FullyShardedDataParallel's defaults (torch 1.13.1): FULL_SHARD, no
         # backward prefetch, no rate limiter, fp32, whatever the flags said; other listed
         # strategies still run.
-        _, doc = self.run_fsdp_config("defaults.json", "--strategies", "ddp,fsdp_full_shard",
-                                      "--precision", "bf16-mixed")
+        _, doc = self.run_fsdp_config("defaults.json", "--strategies", "ddp,fsdp_full_shard")
         c = doc["config"]
         self.assertEqual([r["strategy"] for r in doc["results"]], ["ddp", "fsdp_full_shard"])
         self.assertEqual((c["precision"], c["backward_prefetch"], c["limit_all_gathers"],
                           c["fsdp_use_orig_params"], c["fsdp_config_ignored"]),
                          ("fp32", "none", False, False, []))
+    def test_config_files_bind_to_their_strategies_in_predict(self):
+        # --ds-config (fp32, no overlap) configures the zero2 row only: the fsdp_full_shard row
+        # is identical to a prediction without the file; --fsdp-config likewise leaves zero2.
+        ds = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_fp32_no_overlap.json")
+        fs = os.path.join(ROOT, "tests", "cli", "fsdp_configs", "defaults.json")
+        base = ["predict", "--model", "gpt2-124m", "--world", "8", "--strategies",
+                "zero2,fsdp_full_shard"]
+
+        def rows(*extra):
+            out = os.path.join(self.tmp, "bind-%d.json" % len(os.listdir(self.tmp)))
+            p = sb(*base, *extra, "--json", out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return {r["strategy"]: r for r in load(out)["results"]}, load(out), p
+        plain, _, _ = rows()
+        with_ds, doc, p = rows("--ds-config", ds)
+        self.assertEqual(with_ds["fsdp_full_shard"], plain["fsdp_full_shard"])
+        self.assertEqual((with_ds["zero2"]["settings"]["precision"],
+                          with_ds["zero2"]["settings"]["overlap"]), ("fp32", False))
+        self.assertEqual(plain["zero2"]["settings"]["precision"], "bf16-mixed")
+        self.assertIn("precision", doc["config"]["rows_differ"])
+        self.assertIn("warning: the rows ran at different precision", p.stderr)
+        self.assertIn("rows differ in", p.stdout)
+        with_fs, _, _ = rows("--fsdp-config", fs)
+        self.assertEqual(with_fs["zero2"], plain["zero2"])
+        # train_micro_batch_size_per_gpu is the DeepSpeed rows' --batch: zero2 at 2, fsdp at 1
+        mb = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_micro_batch.json")
+        with_mb, doc, p = rows("--ds-config", mb)
+        self.assertEqual(with_mb["fsdp_full_shard"], plain["fsdp_full_shard"])
+        self.assertEqual(with_mb["zero2"]["settings"]["batch_per_rank"], 2)
+        self.assertIn("batch_per_rank", doc["config"]["rows_differ"])
+        self.assertIn("different batch_per_rank", p.stderr)
+        self.assertEqual(with_fs["fsdp_full_shard"]["settings"]["precision"], "fp32")
+
+    def test_config_files_bind_to_their_strategies_in_run(self):
+        # The same for a real run (fp32, the flags' default and the file's): the file's
+        # overlap_comm false and 5e8-element bucket stay on zero2; the fsdp_full_shard row's
+        # exact figures (bytes, collectives, memory, parameters) are those of a run without it.
+        ds = os.path.join(ROOT, "tests", "cli", "ds_configs", "zero2_fp32_no_overlap.json")
+
+        def rows(*extra):
+            out = os.path.join(self.tmp, "bindrun-%d.json" % len(os.listdir(self.tmp)))
+            p = sb("run", "--np", "2", "--model", "tiny", "--strategies", "zero2,fsdp_full_shard",
+                   "--steps", "1", "--warmup", "0", "--out", out,
+                   "--quiet", *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return {r["strategy"]: r for r in load(out)["results"]}, p
+        plain, _ = rows()
+        with_ds, p = rows("--ds-config", ds)
+        a, b = with_ds["fsdp_full_shard"], plain["fsdp_full_shard"]
+        self.assertEqual(a["comm"]["per_step"], b["comm"]["per_step"])
+        self.assertEqual(a["memory"]["peak_bytes_per_rank"], b["memory"]["peak_bytes_per_rank"])
+        for k in ("param_checksum", "settings", "padded_params"):
+            self.assertEqual(a[k], b[k], k)
+        self.assertEqual((a["settings"]["overlap"], a["settings"]["bucket_mb"]), (True, 25))
+        self.assertEqual(with_ds["zero2"]["settings"]["overlap"], False)
+        self.assertEqual(with_ds["zero2"]["settings"]["configured_by"], "--ds-config " + ds)
+
     def test_ds_config_zero2_accumulation_reduces_every_micro_batch(self):
         # stage 2 with gradient_accumulation_steps 3 (tiny is one 5e8-element bucket): the
         # bucket all-reduce on each of the 3 micro-batches, then one all-gather; `predict` with
@@ -380,8 +437,8 @@ class ZeroppPredictTest(unittest.TestCase):
         # latency of qgZ's per-tensor collectives costs more than the bytes save.
         d = tempfile.mkdtemp(prefix="sbzpp")
         slow = os.path.join(ROOT, "bench", "clusters", "dgx-h100-100g.json")
-        zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights",
-                  "--zero-quantized-gradients", "--zero-communication-data-type", "fp16"]
+        zeropp = ["--zero-hpz-partition-size", "8", "--zero-quantized-weights", "on",
+                  "--zero-quantized-gradients", "on", "--zero-communication-data-type", "fp16"]
         rate = {}
         for cluster in ("dgx-h100", slow):
             for knobs in ([], zeropp):
@@ -396,6 +453,25 @@ class ZeroppPredictTest(unittest.TestCase):
             self.assertLess(rate[(cluster, True)][1], 0.3 * rate[(cluster, False)][1])
         self.assertGreater(rate[(slow, True)][0], 2 * rate[(slow, False)][0])
         self.assertLess(rate[("dgx-h100", True)][0], rate[("dgx-h100", False)][0])
+
+
+class FsdpFileReduceDtypeTest(unittest.TestCase):
+    def test_an_fsdp_files_fp32_reduce_is_fsdp2s_as_the_flag(self):
+        # MixedPrecisionPolicy(bf16, reduce fp32) from --fsdp-config reaches the fsdp2 row (the
+        # options table binds the file to fsdp_* rows; this policy is FSDP2's): its payload is
+        # the --fsdp2-reduce-dtype fp32 one, larger than the bf16 reduce's.
+        d = tempfile.mkdtemp(prefix="sbfred")
+        f = os.path.join(ROOT, "tests", "cli", "fsdp_configs", "bad_reduce_dtype.json")
+        payload = {}
+        for name, extra in (("file", ["--fsdp-config", f]), ("flag", ["--fsdp2-reduce-dtype", "fp32"]),
+                            ("none", [])):
+            out = os.path.join(d, name + ".json")
+            p = sb("predict", "--model", "gpt2-124m", "--world", "8", "--strategies", "fsdp2",
+                   "--json", out, *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            payload[name] = load(out)["results"][0]["comm"]["per_step"]["payload_bytes"]
+        self.assertEqual(payload["file"], payload["flag"])
+        self.assertGreater(payload["flag"], payload["none"])
 
 
 class AtomicWriteTest(unittest.TestCase):
@@ -579,6 +655,60 @@ class FaultTest(unittest.TestCase):
         self.assertIn("rank 2: out of memory", err)
         self.assertIn("per-rank limit", err)
         self.assertEqual(validate(out).returncode, 0)
+
+
+class CliSurfaceTest(unittest.TestCase):
+    """--version, grouped --help with examples, one spelling per knob, `compare`."""
+
+    def test_version_names_the_commit(self):
+        p = sb("--version")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        words = p.stdout.split()
+        self.assertEqual(words[0], "shardbench")
+        commit = words[-1].rstrip(")")
+        self.assertTrue(commit == "unknown" or len(commit) == 40, p.stdout)
+
+    def test_help_is_grouped_and_ends_with_examples(self):
+        helps = {}
+        for cmd in ("run", "predict"):
+            p = sb(cmd, "--help")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            for group in ("Workload:", "Topology:", "Strategy knobs: DDP and ZeRO-1/2:",
+                          "Strategy knobs: ZeRO-3 and ZeRO++:", "Strategy knobs: MiCS:",
+                          "Strategy knobs: FSDP:", "Strategy knobs: FSDP2:", "Output:"):
+                self.assertIn(group, p.stdout, cmd)
+            examples = p.stdout.split("Examples:")[1].strip().splitlines()
+            self.assertEqual(len(examples), 3, cmd)
+            helps[cmd] = p.stdout
+        # every strategy and workload knob is spelt the same in both commands
+        def flags(text):
+            return {w for w in re.findall(r"^\s+(--[a-z0-9-]+)", text, re.M)}
+        shared = flags(helps["run"].split("Measurement:")[0])
+        missing = {f for f in shared if f not in flags(helps["predict"])}
+        self.assertEqual(missing, {"--np", "--hosts", "--inter-gbps", "--inter-latency-ms",
+                                   "--collectives", "--device"})
+
+    def test_examples_in_help_run(self):
+        # the three examples of `predict --help` are real commands (cheap: no MPI)
+        p = sb("predict", "--help")
+        for line in p.stdout.split("Examples:")[1].strip().splitlines():
+            args = line.split()[1:]
+            d = tempfile.mkdtemp(prefix="sbex")
+            ds = os.path.join(d, "my_ds.json")
+            with open(ds, "w") as f:
+                f.write('{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}')
+            args = [ds if a == "my_ds.json" else a for a in args]
+            q = sb(*args)
+            self.assertEqual(q.returncode, 0, line + q.stderr)
+
+    def test_compare_subcommand_is_compare_py(self):
+        base = os.path.join(ROOT, "results", "baseline")
+        files = sorted(os.path.join(base, f) for f in os.listdir(base) if f.endswith(".json"))
+        p = sb("compare", files[0], files[0])
+        q = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "plots", "compare.py"),
+                            files[0], files[0]], capture_output=True, text=True)
+        self.assertEqual((p.returncode, p.stdout), (q.returncode, q.stdout))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
 
 class UsageErrorTest(unittest.TestCase):

@@ -12,6 +12,7 @@ FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 clang++ "${FLAGS[@]}" "$ROOT/tests/fuzz/fuzz_model_spec.cc" "$ROOT/harness/model/config.cc" \
   "$ROOT/harness/model/llama_layout.cc" -o "$OUT/fuzz_model_spec"
 clang++ "${FLAGS[@]}" "$ROOT/tests/fuzz/fuzz_results_reader.cc" "$ROOT/bench/cli/results_reader.cc" \
+  "$ROOT/bench/cli/option_rows.cc" \
   -o "$OUT/fuzz_results_reader"
 mkdir -p "$OUT/spec" "$OUT/results"
 # A seed whose first byte is odd is parsed under --arch llama (fuzz_model_spec.cc); the last

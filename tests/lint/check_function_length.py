@@ -16,7 +16,7 @@ LIMIT = 80
 SCANNED = ("harness", "strategies", "bench")
 # path prefix: why its long functions are not failed yet.
 PENDING = {
-    "bench/cli/": "the command-line glue is being rewritten around one options table",
+    "bench/cli/": "run_command and to_run_config are still to be split (the options table is in)",
 }
 
 START = re.compile(r"^[A-Za-z_][\w:<>,*&\s~]*[\w~>]\s*\w*\(")  # a definition's first line
