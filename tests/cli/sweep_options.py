@@ -4,7 +4,7 @@
 # at another options table, give it the same three names: MODES, KNOBS and SHAPES.
 #
 # A value is a list of arguments; "{G}" is replaced by the case's ranks per node. A knob's
-# values may differ per subcommand (predict's flags are bare switches where run's take on|off).
+# values may differ per subcommand; None = the flag absent.
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +45,8 @@ KNOBS = [
     knob("--batch", ["1", "3"]),
     knob("--seq", ["0", "7"]),
     knob("--grad-accum", ["1", "2", "3"]),
-    knob("--activation-checkpointing", ["none", "block", "every-2"]),
+    knob("--activation-checkpointing", ["none", "block", "every-2", "op"]),
+    knob("--cross-entropy", ["full", "chunked"]),
     knob("--attention", ["naive", "fused"]),
     knob("--wrap", ["block", "model", "every-2"]),
     knob("--overlap", ON_OFF),
@@ -60,23 +61,28 @@ KNOBS = [
     knob("--max-live-elements", ["0", "5000", "1000000000"]),
     knob("--model-persist-elements", ["0", "300"]),
     knob("--fsdp2-prefetch", ["0", "1", "2"]),
-    knob("--fsdp2-reshard-after-forward", {"predict": ["-1", "0", "{G}"],
-                                           "run": ["true", "false", "{G}"]}),
+    knob("--fsdp2-reshard-after-forward", ["auto", "true", "false", "{G}"]),
+    knob("--fsdp2-reduce-dtype", ["auto", "fp32"]),
+    knob("--fsdp2-mixed-precision", [None, "torchtitan"]),
+    knob("--mics-schedule", ["shipped", "per-unit"]),
     knob("--mics-shard-size", ["0", "1", "2", "3"]),
-    knob("--mics-hierarchical-params-gather", {"predict": SWITCH, "run": ON_OFF}),
+    knob("--mics-hierarchical-params-gather", ON_OFF),
     knob("--zero-hpz-partition-size", ["1", "{G}"]),
-    knob("--zero-quantized-weights", {"predict": SWITCH, "run": ON_OFF}),
-    knob("--zero-quantized-gradients", {"predict": SWITCH, "run": ON_OFF}),
+    knob("--zero-quantized-weights", ON_OFF),
+    knob("--zero-quantized-gradients", ON_OFF),
+    knob("--zero-communication-data-type", [None, "fp16"]),
+    knob("--zero-qgz-variant", ["shipped", "suite"]),
+    knob("--zero-contiguous-gradients", ON_OFF),
     knob("--ds-config", _files(DS)),
     knob("--mem-limit-gb", ["0", "0.001", "1000"]),
     knob("--cluster", ["dgx-h100", "cpu-local", "h200", "dgx-a100-80g",
                        os.path.join(REPO, "bench", "clusters", "dgx-h100-100g.json")], P),
-    knob("--fsdp-config", _files(FS), R),
-    knob("--ddp-config", [f for f in _files(HERE) if "ddp_config" in f], R),
+    knob("--fsdp-config", _files(FS)),
+    knob("--ddp-config", [f for f in _files(HERE) if "ddp_config" in f]),
     knob("--collectives", ["ring", "mpi"], R),
-    knob("--limit-all-gathers", ON_OFF, R),
-    knob("--fsdp-no-sync", ON_OFF, R),
-    knob("--fsdp-use-orig-params", ON_OFF, R),
+    knob("--limit-all-gathers", ON_OFF),
+    knob("--fsdp-no-sync", ON_OFF),
+    knob("--fsdp-use-orig-params", ON_OFF),
 ]
 
 # World shapes: (world, ranks per node); 0 = the cluster's (predict) or MPI's (run). Worlds
