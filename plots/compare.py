@@ -47,8 +47,10 @@ BLAS, MPI; GPU device and driver; `machine.fingerprint` hashes all but the peak)
 tokens/s compare raw only when both files carry the same fingerprint (or neither has one:
 files from before fingerprints). Otherwise (one file without one counts as another machine,
 so a committed baseline meets every new machine this way) they compare as time x calibrated peak — the new
-file's samples scaled by its peak over the baseline's (results[].throughput.peak_flops), the
-figure MFU and HFU also divide by — with --cross-machine-threshold-pct (default 25 %: the
+file's samples scaled by its per-device calibrated peak over the baseline's
+(results[].throughput.peak_basis.per_device_flops: one core's sgemm on CPU; not the total
+peak_flops, whose count of devices is a definition that changed), the figure MFU and HFU
+divide by; a baseline without it is compared raw and the header says so — with --cross-machine-threshold-pct (default 25 %: the
 peak calibrates compute speed, not memory or network speed, so a residual remains), and the
 header says so. Bytes, counts, model state and peak memory are compared as always.
 
@@ -251,14 +253,28 @@ def machine_line(base, new):
                 f"{m.get('cores', '?')} cores, peak {m.get('calibrated_peak_gflops', '?')} GFLOP/s)")
     if same_machine(base, new):
         return f"machine: the same ({desc(base)}): step time compared raw"
+    if not any(per_device_peak(r) for r in base.get("results") or [] if isinstance(r, dict)):
+        return (f"machine: baseline {desc(base)} vs new {desc(new)}: different machines, and the "
+                f"baseline records no per-device peak, so step time is compared raw; bytes, "
+                f"counts and memory exactly. Re-record the baseline on this machine")
     return (f"machine: baseline {desc(base)} vs new {desc(new)}: different machines, so step time "
-            f"and tokens/s are compared as time x calibrated peak (the MFU figure); bytes, counts "
-            f"and memory exactly")
+            f"and tokens/s are compared as time x calibrated per-device peak (the MFU figure); "
+            f"bytes, counts and memory exactly")
+
+
+def per_device_peak(result):
+    """The calibrated peak of one device (one core on CPU) a result ran on, or None.
+
+    Not throughput.peak_flops: that is per device x devices counted, and how devices are counted
+    changed (peak_basis.definition), so its ratio across files would mix the machine with the
+    definition. Files from before peak_basis carry no per-device figure."""
+    per = get(result, "throughput.peak_basis.per_device_flops")
+    return per if isinstance(per, (int, float)) and per > 0 else None
 
 
 def peak_scale(b, n):
-    """new peak / baseline peak of one strategy (1 when either file lacks it)."""
-    bp, np_ = get(b, "throughput.peak_flops"), get(n, "throughput.peak_flops")
+    """new per-device peak / baseline per-device peak of one strategy (1 when either lacks it)."""
+    bp, np_ = per_device_peak(b), per_device_peak(n)
     return np_ / bp if bp and np_ else 1.0
 
 

@@ -466,6 +466,8 @@ class CompareTest(Base):
                           "calibrated_peak_gflops": 100 * peak_scale}
         for r in doc["results"]:
             r["throughput"]["peak_flops"] *= peak_scale
+            r["throughput"]["peak_basis"] = {"definition": "hardware", "devices": 1,
+                                             "per_device_flops": 100e9 * peak_scale}
             if only is None or r["strategy"] in only:
                 st = r["step_time_s"]
                 st["samples"] = [x * time_scale for x in st["samples"]]
@@ -502,6 +504,20 @@ class CompareTest(Base):
         rc, out = run(COMPARE, self.write("a.json", base), self.write("e.json", more_bytes))
         self.assertEqual(rc, 1, out)
         self.assertRegex(out, r"payload_bytes.*REGRESSED")
+
+    def test_a_new_count_of_devices_is_not_a_machine_change(self):
+        # The same per-core speed and the same step times on another machine, but the new file
+        # counts twice the devices in its total peak (peak_flops): a definition change, not a
+        # slower machine. Scaling by the total would call it a 2x regression.
+        base = self.on_machine(make_results(seed=1), "aaaa")
+        new = self.on_machine(make_results(seed=1), "bbbb")
+        for r in new["results"]:
+            r["throughput"]["peak_flops"] *= 2
+            r["throughput"]["peak_basis"]["devices"] = 2
+        rc, out = run(COMPARE, self.write("a.json", base), self.write("b.json", new))
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("REGRESSED", out)
+        self.assertIn("per-device peak", out)
 
     def test_bytes_increase_fails(self):
         base = make_results()

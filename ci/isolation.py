@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Does a strategy's step time depend on the strategies run before it? A benchmark, not a test.
+
+For each world it runs every strategy three ways with the same settings: inside the full list
+in registry order, inside the list reversed, and alone (one `shardbench run` per strategy).
+It prints each strategy's median step time in the three, the worst alone-vs-list difference,
+and at world 1 each strategy against ddp (same compute, no communication). The criteria it
+reports (issue: within 10 %) are only meaningful on a quiet machine; the load average before
+and after is printed with the table. Writes the rows as JSON with --json.
+
+Usage: ci/isolation.py [--sb build/shardbench] [--worlds 1,2,4] [--model small] [--steps 8]
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OPENBLAS_NUM_THREADS="1")
+
+
+def registry(sb):
+    """The binary's strategy names, from its one-line refusal of an unknown one."""
+    out = subprocess.run([sb, "predict", "--strategies", "?"], capture_output=True, text=True,
+                         env=ENV)
+    names = out.stderr.rsplit("all or ", 1)[-1].split()[0].split(",") if "all or " in \
+        out.stderr else []
+    if not names:
+        sys.exit(f"isolation: no strategy list in {sb}'s refusal: {out.stderr.strip()}")
+    return names
+
+
+def medians(sb, world, strategies, args, tmp):
+    path = os.path.join(tmp, f"w{world}-{strategies[0]}-{len(strategies)}.json")
+    cmd = [sb, "run", "--np", str(world), "--ranks-per-node", str(min(world, 2)),
+           "--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--strategies", ",".join(strategies), "--out", path]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if done.returncode != 0:
+        sys.exit(f"isolation: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    with open(path) as f:
+        rows = json.load(f)["results"]
+    return {r["strategy"]: r["step_time_s"]["median"] for r in rows if r["status"] == "ok"}
+
+
+def world_rows(sb, world, names, args, tmp):
+    forward = medians(sb, world, names, args, tmp)
+    backward = medians(sb, world, names[::-1], args, tmp)
+    rows = []
+    for name in names:
+        alone = medians(sb, world, [name], args, tmp)[name]
+        worst = max(abs(forward[name] / alone - 1), abs(backward[name] / alone - 1))
+        rows.append({"world": world, "strategy": name, "alone_s": alone,
+                     "in_list_s": forward[name], "in_reversed_list_s": backward[name],
+                     "worst_vs_alone": worst})
+    if world == 1:
+        ddp = next(r["alone_s"] for r in rows if r["strategy"] == "ddp")
+        for r in rows:
+            r["alone_vs_ddp"] = r["alone_s"] / ddp - 1
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sb", default="build/shardbench")
+    ap.add_argument("--worlds", default="1,2,4")
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    names = registry(args.sb)
+    load0 = os.getloadavg()[0]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (int(w) for w in args.worlds.split(",")):
+            rows += world_rows(args.sb, world, names, args, tmp)
+    load1 = os.getloadavg()[0]
+    print(f"model {args.model}, batch {args.batch}, {args.steps} steps after {args.warmup} "
+          f"warm-up; load average {load0:.2f} before, {load1:.2f} after; "
+          f"{datetime.date.today()}")
+    print(f"{'world':>5} {'strategy':<24} {'alone s':>8} {'list s':>8} {'reversed':>8} "
+          f"{'worst':>7} {'vs ddp':>7}")
+    for r in rows:
+        vs = f"{r['alone_vs_ddp']:+.1%}" if "alone_vs_ddp" in r else ""
+        print(f"{r['world']:>5} {r['strategy']:<24} {r['alone_s']:8.4f} {r['in_list_s']:8.4f} "
+              f"{r['in_reversed_list_s']:8.4f} {r['worst_vs_alone']:7.1%} {vs:>7}")
+    worst = max(r["worst_vs_alone"] for r in rows)
+    print(f"worst alone-vs-list difference: {worst:.1%}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"load_before": load0, "load_after": load1, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
