@@ -24,14 +24,9 @@ constexpr FsdpSpec kFsdpSpecs[] = {
 };
 
 StrategyDescription fsdp_description(const FsdpSpec& s) {
-  StrategyDescription d;
-  d.name = s.name;
-  d.family = "fsdp";
-  d.shards_params = d.shards_grads = d.shards_optimizer = true;
-  d.shard_group = s.hybrid ? GroupKind::kIntra : GroupKind::kWorld;
-  d.replicate_across_nodes = s.hybrid;
+  const GroupKind group = s.hybrid ? GroupKind::kIntra : GroupKind::kWorld;
+  StrategyDescription d = fully_sharded(s.name, "fsdp", group, Granularity::kUnit, s.hybrid);
   d.reshard_after_forward = s.reshard_after_forward;
-  d.granularity = Granularity::kUnit;
   return d;
 }
 

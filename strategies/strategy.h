@@ -134,7 +134,7 @@ void apply_zero_schedule(ZeroSchedule s, StrategyOptions& o);
 // What a strategy is, in one place: the run, the tests and the predictor all read this.
 struct StrategyDescription {
   std::string name;
-  std::string family;           // "ddp", "zero", "fsdp", "fsdp2"
+  std::string family;           // "ddp", "zero", "fsdp", "fsdp2", "mics"
   bool shards_params = false;   // at rest
   bool shards_grads = false;
   bool shards_optimizer = false;
@@ -144,6 +144,11 @@ struct StrategyDescription {
   bool gather_after_step = false;             // ZeRO-1/2: params refreshed after the step
   Granularity granularity = Granularity::kBucket;
 };
+
+// Parameters, gradients and optimizer state all sharded over `group` (ZeRO-3, MiCS, FSDP,
+// FSDP2); `replicated`: the shards are also all-reduced across the groups' replicas.
+StrategyDescription fully_sharded(const char* name, const char* family, GroupKind group,
+                                  Granularity granularity, bool replicated = false);
 
 struct StrategyContext {
   const ModelLayout& model;
