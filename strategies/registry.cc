@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "strategies/strategy.h"
-#include "strategies/zero3.h"
 
 namespace sb {
 
