@@ -20,8 +20,8 @@
 #include "harness/device/cpu_device.h"
 #include "harness/device/device.h"
 #include "harness/model/gpt.h"
-#include "harness/run/report.h"
-#include "harness/run/trainer.h"
+#include "harness/launch/report.h"
+#include "harness/launch/trainer.h"
 
 namespace sb {
 namespace {

@@ -20,7 +20,7 @@ void add_report_command(CLI::App& app);  // bench/cli/report_command.cc
 int report_command();
 void add_validate_command(CLI::App& app);  // bench/cli/validate_command.cc
 int validate_command();
-std::string git_commit();  // harness/run/report.cc
+std::string git_commit();  // harness/launch/report.cc
 }  // namespace sb
 
 namespace {

@@ -153,7 +153,7 @@ def _num(x):
 
 def fault_errors(r, i, doc):
     """memory.page_faults_per_step: median and max agree with the samples, steady with the
-    median of minor + major against the threshold (harness/run/report.cc)."""
+    median of minor + major against the threshold (harness/launch/report.cc)."""
     f = (r.get("memory") or {}).get("page_faults_per_step") if isinstance(r.get("memory"), dict) \
         else None
     if not isinstance(f, dict):

@@ -18,25 +18,41 @@ void close_bucket(const ModelLayout& model, std::vector<int>& tensors, uint64_t 
   tensors.clear();
 }
 
+// Greedy in `ready_order`: a tensor closes the open bucket before it joins when it would take
+// the bucket past the cap (DeepSpeed), or after it joins once the bucket has reached the
+// limit (DDP's Reducer).
+template <class CloseBefore, class CloseAfter>
+BucketPlan plan_greedy(const ModelLayout& model, const std::vector<int>& ready_order,
+                       uint64_t pad_multiple, CloseBefore close_before, CloseAfter close_after) {
+  BucketPlan plan;
+  plan.bucket_of_tensor.assign(model.tensors.size(), -1);
+  std::vector<int> current;
+  uint64_t elems = 0;
+  for (int t : ready_order) {
+    const uint64_t n = model.tensors[t].numel;
+    if (!current.empty() && close_before(elems, n)) {
+      close_bucket(model, current, pad_multiple, plan);
+      elems = 0;
+    }
+    current.push_back(t);
+    elems += n;
+    if (close_after(elems, plan)) {
+      close_bucket(model, current, pad_multiple, plan);
+      elems = 0;
+    }
+  }
+  close_bucket(model, current, pad_multiple, plan);
+  return plan;
+}
+
 }  // namespace
 
 BucketPlan plan_buckets(const ModelLayout& model, const std::vector<int>& ready_order,
                         uint64_t cap_elements, uint64_t pad_multiple) {
-  BucketPlan plan;
-  plan.bucket_of_tensor.assign(model.tensors.size(), -1);
-  std::vector<int> current;
-  uint64_t current_elems = 0;
-  for (int t : ready_order) {
-    const uint64_t n = model.tensors[t].numel;
-    if (!current.empty() && current_elems + n > cap_elements) {
-      close_bucket(model, current, pad_multiple, plan);
-      current_elems = 0;
-    }
-    current.push_back(t);
-    current_elems += n;
-  }
-  close_bucket(model, current, pad_multiple, plan);
-  return plan;
+  return plan_greedy(
+      model, ready_order, pad_multiple,
+      [&](uint64_t elems, uint64_t n) { return elems + n > cap_elements; },
+      [](uint64_t, const BucketPlan&) { return false; });
 }
 
 std::vector<int> autograd_ready_order(const ModelLayout& model) {
@@ -50,21 +66,25 @@ std::vector<int> autograd_ready_order(const ModelLayout& model) {
 
 BucketPlan plan_reducer_buckets(const ModelLayout& model, const std::vector<int>& ready_order,
                                 uint64_t first_cap_elements, uint64_t cap_elements) {
-  BucketPlan plan;
-  plan.bucket_of_tensor.assign(model.tensors.size(), -1);
-  std::vector<int> current;
-  uint64_t current_elems = 0;
-  for (int t : ready_order) {
-    current.push_back(t);
-    current_elems += model.tensors[t].numel;
-    const uint64_t limit = plan.buckets.empty() ? first_cap_elements : cap_elements;
-    if (current_elems >= limit) {  // reducer.cpp: `if (bucket.size >= bucket_size_limit)`
-      close_bucket(model, current, 1, plan);
-      current_elems = 0;
-    }
-  }
-  close_bucket(model, current, 1, plan);
-  return plan;
+  // reducer.cpp: `if (bucket.size >= bucket_size_limit)`, the first bucket with its own limit
+  return plan_greedy(model, ready_order, 1, [](uint64_t, uint64_t) { return false; },
+                     [&](uint64_t elems, const BucketPlan& plan) {
+                       return elems >= (plan.buckets.empty() ? first_cap_elements : cap_elements);
+                     });
+}
+
+std::pair<void*, DType> in_bucket(const BucketPlan& plan, std::vector<TypedBuffer>& buffers,
+                                  int t) {
+  const int b = plan.bucket_of_tensor[t];
+  return {buffers[b].at(plan.buckets[b].find(t)->offset), buffers[b].dtype()};
+}
+
+std::vector<float> ReplicatedBuckets::gather_full_params() {
+  std::vector<float> out;
+  for (size_t b = 0; b < params_.size(); ++b)
+    flat_to_full(ctx_.model, plan_.buckets[b], params_[b].data(), params_[b].dtype(), ctx_.device,
+                 out);
+  return out;
 }
 
 }  // namespace sb

@@ -3,9 +3,11 @@
 // the shard count (1 for DDP), so a bucket reduce-scatters into equal per-rank chunks.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "harness/model/flat_layout.h"
+#include "strategies/strategy.h"
 
 namespace sb {
 
@@ -23,6 +25,26 @@ struct BucketPlan {
 // Tensors are never split: a tensor larger than the cap forms a bucket of its own.
 BucketPlan plan_buckets(const ModelLayout& model, const std::vector<int>& ready_order,
                         uint64_t cap_elements, uint64_t pad_multiple);
+
+// Tensor t inside `buffers`, one flat buffer per bucket of `plan`.
+std::pair<void*, DType> in_bucket(const BucketPlan& plan, std::vector<TypedBuffer>& buffers,
+                                  int t);
+
+// DDP and ZeRO-1/2: the full parameters on every rank, one flat buffer per bucket of plan_.
+class ReplicatedBuckets : public Strategy {
+ public:
+  using Strategy::Strategy;
+  std::vector<float> gather_full_params() override;
+  uint64_t padded_params() const override { return plan_.padded_params(); }
+
+ protected:
+  std::pair<const void*, DType> param_storage(int t) override {
+    return in_bucket(plan_, params_, t);
+  }
+
+  BucketPlan plan_;
+  std::vector<TypedBuffer> params_;
+};
 
 }  // namespace sb
 

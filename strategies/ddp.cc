@@ -13,18 +13,11 @@
 namespace sb {
 namespace {
 
-StrategyDescription ddp_description() {
-  StrategyDescription d;
-  d.name = "ddp";
-  d.family = "ddp";
-  d.shard_group = GroupKind::kWorld;
-  d.granularity = Granularity::kBucket;
-  return d;
-}
+StrategyDescription ddp_description() { return {.name = "ddp", .family = "ddp"}; }
 
-class Ddp final : public Strategy {
+class Ddp final : public ReplicatedBuckets {
  public:
-  using Strategy::Strategy;
+  using ReplicatedBuckets::ReplicatedBuckets;
   const StrategyDescription& description() const override { return desc_; }
 
   void setup() override {
@@ -101,18 +94,8 @@ class Ddp final : public Strategy {
     }
   }
 
-  std::vector<float> gather_full_params() override;
-  uint64_t padded_params() const override { return plan_.padded_params(); }
-
  protected:
-  std::pair<const void*, DType> param_storage(int t) override {
-    const int b = plan_.bucket_of_tensor[t];
-    return {params_[b].at(plan_.buckets[b].find(t)->offset), params_[b].dtype()};
-  }
-  std::pair<void*, DType> grad_storage(int t) override {
-    const int b = plan_.bucket_of_tensor[t];
-    return {grads_[b].at(plan_.buckets[b].find(t)->offset), grads_[b].dtype()};
-  }
+  std::pair<void*, DType> grad_storage(int t) override { return in_bucket(plan_, grads_, t); }
 
  private:
   // The buffer bucket b is all-reduced in: the grads themselves when they are bucket views.
@@ -120,22 +103,13 @@ class Ddp final : public Strategy {
 
   StrategyDescription desc_ = ddp_description();
   DType dtype_ = DType::kF32;  // params and grads as stored
-  BucketPlan plan_;
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<int> left_;
-  std::vector<TypedBuffer> params_, grads_, buckets_;
+  std::vector<TypedBuffer> grads_, buckets_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<CommHandle> pending_;
   bool sync_ = true;  // this micro-batch reduces (always, without accumulation)
 };
-
-std::vector<float> Ddp::gather_full_params() {
-  std::vector<float> out;
-  for (size_t b = 0; b < params_.size(); ++b)
-    flat_to_full(ctx_.model, plan_.buckets[b], params_[b].data(), params_[b].dtype(), ctx_.device,
-                 out);
-  return out;
-}
 
 }  // namespace
 

@@ -24,14 +24,9 @@ constexpr FsdpSpec kFsdpSpecs[] = {
 };
 
 StrategyDescription fsdp_description(const FsdpSpec& s) {
-  StrategyDescription d;
-  d.name = s.name;
-  d.family = "fsdp";
-  d.shards_params = d.shards_grads = d.shards_optimizer = true;
-  d.shard_group = s.hybrid ? GroupKind::kIntra : GroupKind::kWorld;
-  d.replicate_across_nodes = s.hybrid;
+  const GroupKind group = s.hybrid ? GroupKind::kIntra : GroupKind::kWorld;
+  StrategyDescription d = fully_sharded(s.name, "fsdp", group, Granularity::kUnit, s.hybrid);
   d.reshard_after_forward = s.reshard_after_forward;
-  d.granularity = Granularity::kUnit;
   return d;
 }
 
@@ -222,19 +217,16 @@ class Fsdp final : public Strategy {
     if (ctx_.options.limit_all_gathers) free_events_.push_back(ctx_.device.record_event());
   }
 
-  // Free the unsharded grads of units whose reduction has finished.
+  // Free the unsharded grads of units whose reduction has finished; add in what a later
+  // micro-batch reduced beside the shard.
   void reap(bool all) {
-    while (!reducing_.empty()) {
-      Unit& U = units_[reducing_.front()];
-      if (!all && !U.reduce.done()) break;
-      U.reduce.wait();
+    reap_units(reducing_, units_, all, [this](Unit& U) {
       U.full_grad.reset();
       if (!U.incoming.empty())
         add_grads(ctx_.device, ctx_.memory, U.grad_shard.data(), U.incoming.data(),
                   U.grad_shard.size(), U.grad_shard.dtype());
       U.incoming.reset();
-      reducing_.pop_front();
-    }
+    });
   }
 
   StrategyDescription desc_;

@@ -1,4 +1,4 @@
-// Per-parameter shards of one parameter group, for FSDP2 and MiCS (strategies/fsdp2.cc): each
+// Per-parameter shards of one parameter group, for FSDP2 and MiCS per unit (strategies/param_groups.h): each
 // tensor is chunked over S ranks and padded on its own — dim 0 padded to S rows (FSDP2's
 // torch.chunk) or the flat tensor padded to S (DeepSpeed's partitions) — and a rank's chunks
 // back to back form its flat shard. A gathered buffer holds the S shards one after another; the

@@ -4,13 +4,24 @@
 #include <numeric>
 
 #include "strategies/strategy.h"
-#include "strategies/zero3.h"
 
 namespace sb {
 
 uint64_t StrategyOptions::bucket_elements() const {
   const double bytes = bucket_mb * 1024.0 * 1024.0;
   return std::max<uint64_t>(1, uint64_t(bytes / double(dtype_bytes(grad_dtype()))));
+}
+
+StrategyDescription fully_sharded(const char* name, const char* family, GroupKind group,
+                                  Granularity granularity, bool replicated) {
+  StrategyDescription d;
+  d.name = name;
+  d.family = family;
+  d.shards_params = d.shards_grads = d.shards_optimizer = true;
+  d.shard_group = group;
+  d.replicate_across_nodes = replicated;
+  d.granularity = granularity;
+  return d;
 }
 
 namespace {

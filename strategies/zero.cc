@@ -19,20 +19,14 @@ namespace sb {
 namespace {
 
 StrategyDescription zero_description(int stage) {
-  StrategyDescription d;
-  d.name = "zero" + std::to_string(stage);
-  d.family = "zero";
-  d.shards_optimizer = true;
-  d.shards_grads = stage >= 2;
-  d.shard_group = GroupKind::kWorld;
-  d.gather_after_step = true;
-  d.granularity = Granularity::kBucket;
-  return d;
+  return {.name = "zero" + std::to_string(stage), .family = "zero", .shards_grads = stage >= 2,
+          .shards_optimizer = true, .gather_after_step = true};
 }
 
-class Zero final : public Strategy {
+class Zero final : public ReplicatedBuckets {
  public:
-  Zero(StrategyContext c, int stage) : Strategy(std::move(c)), desc_(zero_description(stage)) {}
+  Zero(StrategyContext c, int stage)
+      : ReplicatedBuckets(std::move(c)), desc_(zero_description(stage)) {}
   const StrategyDescription& description() const override { return desc_; }
 
   void setup() override {
@@ -114,28 +108,14 @@ class Zero final : public Strategy {
     gather_params();
   }
 
-  std::vector<float> gather_full_params() override {
-    std::vector<float> out;
-    for (size_t b = 0; b < params_.size(); ++b)
-      flat_to_full(ctx_.model, plan_.buckets[b], params_[b].data(), params_[b].dtype(),
-                   ctx_.device, out);
-    return out;
-  }
-  uint64_t padded_params() const override { return plan_.padded_params(); }
-
  protected:
-  std::pair<const void*, DType> param_storage(int t) override {
-    const int b = plan_.bucket_of_tensor[t];
-    return {params_[b].at(plan_.buckets[b].find(t)->offset), params_[b].dtype()};
-  }
   std::pair<void*, DType> grad_storage(int t) override {
+    if (stage() == 1) return in_bucket(plan_, grads_, t);
     const int b = plan_.bucket_of_tensor[t];
-    const uint64_t off = plan_.buckets[b].find(t)->offset;
-    if (stage() == 1) return {grads_[b].at(off), grads_[b].dtype()};
     if (staging_[b].empty())  // the bucket's full grads live only until its reduce-scatter
       staging_[b] = TypedBuffer(ctx_.memory, MemCategory::kCommBuffers, ctx_.options.grad_dtype(),
                                 plan_.buckets[b].padded);
-    return {staging_[b].at(off), staging_[b].dtype()};
+    return in_bucket(plan_, staging_, t);
   }
 
  private:
@@ -240,10 +220,9 @@ class Zero final : public Strategy {
   }
 
   StrategyDescription desc_;
-  BucketPlan plan_;
   std::vector<int> ready_ = ctx_.model.grad_ready_module();
   std::vector<int> left_;
-  std::vector<TypedBuffer> params_, grads_, grad_shards_, staging_, incoming_;
+  std::vector<TypedBuffer> grads_, grad_shards_, staging_, incoming_;
   std::vector<std::unique_ptr<ShardOptimizer>> optim_;
   std::vector<CommHandle> pending_;
   bool sync_ = true;  // stage 1: this micro-batch reduces (always, without accumulation)

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "bench/cli/run_options.h"
-#include "harness/run/report.h"
+#include "harness/launch/report.h"
 
 namespace sb {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/run/train_loop.h"
+#include "harness/train/train_loop.h"
 
 namespace sb {
 

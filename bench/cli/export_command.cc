@@ -16,7 +16,7 @@
 #include "bench/cli/output_path.h"
 #include "bench/cli/results_reader.h"
 #include "bench/cli/run_options.h"
-#include "harness/run/report.h"
+#include "harness/launch/report.h"
 
 namespace sb {
 namespace {

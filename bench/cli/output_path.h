@@ -2,7 +2,7 @@
 // work with one rule for all three: missing parent directories are created; a path that is a
 // directory or not a regular file, or a directory where no file can be created, is a one-line
 // UsageError naming the flag and the path. Also the lock that keeps two runs off one file.
-// Writing itself is write_json_atomic's (harness/run/report.h).
+// Writing itself is write_json_atomic's (harness/launch/report.h).
 #pragma once
 
 #include <string>

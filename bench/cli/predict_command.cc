@@ -17,7 +17,7 @@
 #include "bench/cli/run_options.h"
 #include "harness/model/checkpointing.h"
 #include "harness/predict/predict.h"
-#include "harness/run/report.h"
+#include "harness/launch/report.h"
 
 namespace sb {
 namespace {

@@ -30,9 +30,9 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "harness/memory/page_faults.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
-#include "harness/run/hardware.h"
-#include "harness/run/report.h"
-#include "harness/run/trace.h"
+#include "harness/launch/hardware.h"
+#include "harness/launch/report.h"
+#include "harness/launch/trace.h"
 
 #ifdef SB_HAVE_CUDA
 #include <cuda_runtime_api.h>

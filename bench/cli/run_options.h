@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/cli/options_table.h"
-#include "harness/run/trainer.h"
+#include "harness/launch/trainer.h"
 
 namespace sb {
 

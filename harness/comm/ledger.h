@@ -36,7 +36,7 @@ struct LedgerEntry {
                                // wall clock around the backend's run() on the comm thread (MPI)
   std::string tag;             // optional label from the caller (unit name, bucket id)
   // Issue order on this rank's communicator, and the comm thread's steady-clock interval
-  // around the backend's run() (the trace's comm track; harness/run/phase_clock.h); for a
+  // around the backend's run() (the trace's comm track; harness/train/phase_clock.h); for a
   // simulated backend, the op's interval on its logical comm stream.
   uint64_t seq = 0;
   int64_t start_ns = 0, end_ns = 0;

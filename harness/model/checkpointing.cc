@@ -74,20 +74,21 @@ double recompute_flops_per_step(const GptConfig& c, uint64_t tokens) {
   return double(checkpointed_blocks(c)) * (2.0 * block + 4.0 * C * T) * double(tokens);
 }
 
-const char* hardware_flop_formula() {
-  return "model FLOPs + n_ckpt*(24*C^2 + 4*C*T)*tokens: each checkpointed block's forward "
-         "(its matmuls 2*12*C^2 and attention's scores and values 4*C*T per token) runs again "
-         "in backward; n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing; op: "
-         "L*2*5*C^2*tokens (attn.proj and fc_proj recomputed)";
-}
+// The recompute's text by block: GPT-2's, then Llama's.
+constexpr const char* kHardwareFlopFormulas[] = {
+    "model FLOPs + n_ckpt*(24*C^2 + 4*C*T)*tokens: each checkpointed block's forward (its "
+    "matmuls 2*12*C^2 and attention's scores and values 4*C*T per token) runs again in backward; "
+    "n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing; op: L*2*5*C^2*tokens "
+    "(attn.proj and fc_proj recomputed)",
+    "model FLOPs + n_ckpt*(2*(2*C^2 + 2*C*KV*hd + 3*C*F) + 4*C*T)*tokens: each checkpointed "
+    "Llama block's forward (its matmuls wq, wo C^2, wk, wv C*KV*hd, w1, w3, w2 C*F, and "
+    "attention's scores and values 4*C*T per token) runs again in backward; n_ckpt = L (block) "
+    "or floor(L/K) (every-K), 0 without checkpointing; op: L*2*(C^2 + C*F)*tokens (wo and w2 "
+    "recomputed)"};
 
+const char* hardware_flop_formula() { return kHardwareFlopFormulas[0]; }
 const char* hardware_flop_formula(const GptConfig& c) {
-  if (c.arch != ArchKind::kLlama) return hardware_flop_formula();
-  return "model FLOPs + n_ckpt*(2*(2*C^2 + 2*C*KV*hd + 3*C*F) + 4*C*T)*tokens: each "
-         "checkpointed Llama block's forward (its matmuls wq, wo C^2, wk, wv C*KV*hd, w1, w3, w2 "
-         "C*F, and attention's scores and values 4*C*T per token) runs again in backward; "
-         "n_ckpt = L (block) or floor(L/K) (every-K), 0 without checkpointing; op: "
-         "L*2*(C^2 + C*F)*tokens (wo and w2 recomputed)";
+  return kHardwareFlopFormulas[c.arch == ArchKind::kLlama ? 1 : 0];
 }
 
 }  // namespace sb

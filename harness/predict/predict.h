@@ -16,7 +16,7 @@
 #include "harness/predict/kernel_cost.h"
 #include "harness/predict/model_shape.h"
 #include "harness/predict/traffic.h"
-#include "harness/run/train_loop.h"
+#include "harness/train/train_loop.h"
 
 namespace sb {
 
@@ -87,7 +87,8 @@ struct FitResult {
 FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
                                  const Cluster& cluster, int max_world);
 
-// JSON in the run's schema family (results/): kind "prediction".
+// JSON in the run's schema family (results/): kind "prediction". Defined in
+// harness/launch/predict_json.cc (sb_launch), beside the run's JSON helpers it shares.
 nlohmann::json predict_config_json(const PredictConfig& cfg);
 nlohmann::json prediction_json(const Prediction& p);
 nlohmann::json prediction_document(const PredictConfig& cfg, const Cluster& cluster,

@@ -22,7 +22,7 @@ PHASES = ["forward_s", "backward_s", "optimizer_s", "exposed_comm_s", "other_s"]
 # The phases partition the step on the rank that set it, so they add up to the reported step
 # time up to floating-point rounding: 1 microsecond is the stated tolerance.
 SUM_TOL_S = 1e-6
-MAX_EVENTS_PER_RANK = 20000  # harness/run/phase_clock.h kMaxTraceEventsPerRank
+MAX_EVENTS_PER_RANK = 20000  # harness/train/phase_clock.h kMaxTraceEventsPerRank
 
 
 def run(*args):

@@ -11,9 +11,9 @@
 #include "harness/comm/communicator.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/device/device.h"
+#include "harness/launch/trainer.h"
 #include "harness/model/data.h"
 #include "harness/model/gpt.h"
-#include "harness/run/trainer.h"
 #include "tests/mpi/mpi_env.h"
 
 namespace sb::testing {

@@ -7,8 +7,8 @@
 // once: the median step still faults nothing.
 #include <gtest/gtest.h>
 
+#include "harness/launch/report.h"
 #include "harness/memory/page_faults.h"
-#include "harness/run/report.h"
 #include "tests/mpi/run_fixture.h"
 
 namespace sb::testing {

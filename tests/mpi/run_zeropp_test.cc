@@ -1,4 +1,4 @@
-// ZeRO++ on zero3 (strategies/zero3.cc, strategies/quantize.h): hpZ's node-local secondary
+// ZeRO++ on zero3 (strategies/zeropp.cc, strategies/quantize.h): hpZ's node-local secondary
 // partition and qwZ's int8 parameter all-gathers. The ledger's counted bytes per step against
 // tests/closed_forms.h zeropp_bytes, the secondary partitions' memory against
 // hpz_secondary_bytes, and the training against the 1-rank fp32 reference: exactly for hpZ alone

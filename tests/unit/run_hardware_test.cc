@@ -1,4 +1,4 @@
-// What the CPU's MFU denominator counts (harness/run/hardware.h): physical cores from a sysfs
+// What the CPU's MFU denominator counts (harness/launch/hardware.h): physical cores from a sysfs
 // tree (SMT siblings once, a partial tree refused), the cgroup quota, and the count over the
 // ranks' machines, where virtual nodes and namespace hosts on one kernel are one machine.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "harness/run/hardware.h"
+#include "harness/launch/hardware.h"
 
 namespace sb {
 namespace {

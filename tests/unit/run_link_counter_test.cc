@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <numeric>
 
-#include "harness/run/link_counter.h"
+#include "harness/launch/link_counter.h"
 
 namespace sb {
 namespace {

@@ -4,8 +4,8 @@
 // cluster presets round-trip through JSON (the --cluster FILE format).
 #include <gtest/gtest.h>
 
+#include "harness/launch/report.h"
 #include "harness/predict/predict.h"
-#include "harness/run/report.h"
 
 namespace sb {
 namespace {

@@ -2,7 +2,7 @@
 // agreement on the verdict and the cross-rank aggregates. Collectives of the strategy go
 // through the Communicator; the loop's own scalars through CrossRank on the main thread while
 // the communicator is idle (after Communicator::synchronize).
-#include "harness/run/train_loop.h"
+#include "harness/train/train_loop.h"
 
 #include <chrono>
 #include <functional>

@@ -1,9 +1,9 @@
 // The trace document and its gather to rank 0. Format: Chrome's "Trace Event Format" document ("X"
 // complete events, times in microseconds; "M" metadata naming processes and threads), which
 // Perfetto's UI and chrome://tracing both import. Writes nothing on ranks other than 0.
-#include "harness/run/trace.h"
+#include "harness/launch/trace.h"
 
-#include "harness/run/report.h"
+#include "harness/launch/report.h"
 
 namespace sb {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness/comm/collective.h"  // busbw_factor
-#include "harness/run/trainer.h"
+#include "harness/launch/trainer.h"
 #include "harness/topology.h"
 
 namespace sb {

@@ -1,5 +1,5 @@
 // JSON construction and the atomic write (see header). Keys carry their unit as a suffix.
-#include "harness/run/report.h"
+#include "harness/launch/report.h"
 
 #include <unistd.h>
 
@@ -13,10 +13,10 @@
 #include <map>
 #include <stdexcept>
 
-#include "harness/model/checkpointing.h"
 #include "harness/memory/page_faults.h"
+#include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
-#include "harness/run/phase_clock.h"
+#include "harness/train/phase_clock.h"
 
 namespace sb {
 
@@ -369,7 +369,7 @@ json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& t
   r["description"] = description_json(run.description);
   r["padded_params"] = run.padded_params;
   r["step_time_s"] = step_time_json(run.step_time_s);
-  r["phases"] = phases_json(run.phases);  // harness/run/phase_clock.h
+  r["phases"] = phases_json(run.phases);  // harness/train/phase_clock.h
   r["throughput"] = throughput_json(cfg, topo, env, median(run.step_time_s));
   r["memory"] = memory_json(run);
   r["comm"] = comm_json(run);

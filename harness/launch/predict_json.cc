@@ -1,10 +1,10 @@
 // JSON of predictions, in the run's schema family (report.cc): the same key names wherever the
 // run has the quantity (memory.peak_bytes_per_rank, comm.per_step.sent_bytes_intra, by_kind),
 // plus what only a model has (step_time_s.compute/comm/total_*, fits). Keys carry units.
+#include "harness/launch/report.h"
 #include "harness/model/checkpointing.h"
 #include "harness/model/gpt.h"
 #include "harness/predict/predict.h"
-#include "harness/run/report.h"
 
 namespace sb {
 

@@ -2,13 +2,13 @@
 // phases a step reports (see header). Wait and collective intervals come from the Communicator (its
 // wait log and the ledger's start_ns/end_ns), so every collective of a traced step is one
 // comm-track event and every blocked stretch one wait event.
-#include "harness/run/phase_clock.h"
+#include "harness/train/phase_clock.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "harness/run/train_loop.h"
+#include "harness/train/train_loop.h"
 
 namespace sb {
 namespace {

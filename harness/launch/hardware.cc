@@ -1,5 +1,5 @@
 // The machine probe and the core count of the MFU denominator (see header).
-#include "harness/run/hardware.h"
+#include "harness/launch/hardware.h"
 
 #include <sched.h>
 #include <unistd.h>

@@ -15,7 +15,7 @@
 #include "harness/device/device.h"
 #include "harness/memory/tracker.h"
 #include "harness/model/config.h"
-#include "harness/run/phase_clock.h"
+#include "harness/train/phase_clock.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -29,7 +29,7 @@ struct RunConfig {
   CollectiveImpl collectives = CollectiveImpl::kRing;
   std::string device = "cpu";
   StrategyOptions options;
-  bool trace = false;  // build each rank's timeline (--trace; harness/run/trace.h writes it)
+  bool trace = false;  // build each rank's timeline (--trace; harness/launch/trace.h writes it)
   std::string ds_config;                       // --ds-config FILE, empty if none
   std::vector<std::string> ds_config_ignored;  // its keys accepted but not modelled
   int ds_config_stage = 0;                     // its zero_optimization.stage (0: no file)
@@ -76,7 +76,7 @@ struct StrategyRun {
   bool traffic_counted = true;
   double param_checksum = 0;
   std::vector<float> params;         // full final params (only when asked for)
-  // [two-host link] per measured step, summed over the nodes' links (harness/run/link_counter.h);
+  // [two-host link] per measured step, summed over the nodes' links (harness/launch/link_counter.h);
   // only where every node could read its link (ci/two_host.sh sets SB_LINK_IFACE per host).
   bool link_measured = false;
   uint64_t link_bytes_measured = 0;          // Σ tx of every link end, retransmits subtracted

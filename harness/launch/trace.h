@@ -7,7 +7,7 @@
 #include <string>
 
 #include "harness/comm/mpi_runtime.h"
-#include "harness/run/phase_clock.h"
+#include "harness/train/phase_clock.h"
 
 namespace sb {
 

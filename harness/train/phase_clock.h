@@ -2,7 +2,7 @@
 // compute thread waited for (exposed), the comm thread's busy time, and, with --trace, the step's
 // timeline (compute and comm tracks) for a Chrome/Perfetto trace. It reads the device's clock (the
 // wall clock, or the predictor's logical clock in a dry run) and the ledger; it runs nothing and
-// decides nothing, and links no MPI. Gathering and writing: harness/run/trace.h.
+// decides nothing, and links no MPI. Gathering and writing: harness/launch/trace.h.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 
 namespace sb {
 
-class CrossRank;  // harness/run/train_loop.h
+class CrossRank;  // harness/train/train_loop.h
 
 // The compute thread's step, in order; each ends where the next begins, so they partition it.
 enum class Phase { kForward, kBackward, kOptimizer, kStepEnd };

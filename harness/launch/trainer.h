@@ -8,7 +8,7 @@
 #include "harness/comm/communicator.h"
 #include "harness/comm/mpi_runtime.h"
 #include "harness/device/device.h"
-#include "harness/run/train_loop.h"
+#include "harness/train/train_loop.h"
 
 namespace sb {
 

@@ -2,7 +2,7 @@
 // (see header). The model's constants were measured on a veth pair (NETNS.md; ci/two_host.sh):
 // an MPI message of S bytes sent across moved 52 B per data packet of MSS 1448, plus pure ACKs
 // and control packets, plus ob1's headers (24 B eager; ≈160 B rendezvous, ACK included).
-#include "harness/run/link_counter.h"
+#include "harness/launch/link_counter.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // run_strategy (see header): train -> agree on the verdict -> aggregate over ranks, with the
 // cross-rank scalars on MPI and two step observers: the robustness tests' fault injection and
 // the two-host mode's link sampling.
-#include "harness/run/trainer.h"
+#include "harness/launch/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "harness/common/check.h"
+#include "harness/launch/link_counter.h"
 #include "harness/predict/predict.h"
-#include "harness/run/link_counter.h"
 
 namespace sb {
 namespace {
