@@ -1,0 +1,76 @@
+// Run-start latency of the run's own collectives (see header).
+#include "bench/cli/collective_latency.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "harness/comm/communicator.h"
+#include "harness/comm/ledger.h"
+
+namespace sb {
+namespace {
+
+// 256 floats: every ring chunk holds elements at any world this runs at (an empty chunk's step
+// would be skipped), and 1 KiB moves in well under a microsecond at shared-memory bandwidth.
+constexpr size_t kCount = 256;
+
+double median_all_reduce(Communicator& comm, GroupKind g, int repeats) {
+  if (comm.group(g).size() <= 1) return 0;
+  std::vector<float> buf(kCount, 1.0f);
+  std::vector<double> t;
+  comm.all_reduce(buf.data(), kCount, DType::kF32, g, "latency calibration");  // warm-up
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    comm.all_reduce(buf.data(), kCount, DType::kF32, g, "latency calibration");
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& topo,
+                                             CollectiveImpl impl, int repeats) {
+  Ledger scratch;
+  CollectiveLatency l;
+  l.repeats = repeats;
+  {
+    Communicator comm(topo, make_mpi_backend(topo, impl), scratch);
+    l.world_s = median_all_reduce(comm, GroupKind::kWorld, repeats);
+    l.intra_s = median_all_reduce(comm, GroupKind::kIntra, repeats);
+  }
+  // the slowest rank's, so every rank's prediction uses one figure
+  l.world_s = mpi.max_over_ranks(l.world_s);
+  l.intra_s = mpi.max_over_ranks(l.intra_s);
+  return l;
+}
+
+std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, const Topology& topo,
+                                     double link_latency_s) {
+  const int N = topo.world_size(), G = topo.ranks_per_node(), M = topo.num_nodes();
+  if (N <= 1 || l.world_s <= 0) return "";
+  const double link = M > 1 ? link_latency_s : 0;
+  const double world_steps = 2.0 * (N - 1), node_steps = 2.0 * (G - 1);
+  const double world_t = std::max(0.0, l.world_s - 2.0 * (M - 1) * link);
+  double base = 0, step = world_t / world_steps;  // one node, or one rank per node: no split
+  if (M > 1 && G > 1 && l.intra_s > 0) {
+    // two rings of different lengths over the same hosts: base + steps x step each
+    step = std::max(0.0, (world_t - l.intra_s) / (world_steps - node_steps));
+    base = std::max(0.0, l.intra_s - node_steps * step);
+  }
+  c.base_latency_s = base;
+  c.intra.latency_s = step;
+  c.inter.latency_s = step + link;
+  return fmt::format("collective latency measured at start (a 1 KiB all-reduce of the run's "
+                     "backend, median of {}, slowest rank): world {:.1f} us, node {:.1f} us -> "
+                     "{:.1f} us per collective + {:.1f} us per ring step (+ the link's {:.1f} us "
+                     "on inter-node steps)",
+                     l.repeats, l.world_s * 1e6, l.intra_s * 1e6, base * 1e6, step * 1e6,
+                     link * 1e6);
+}
+
+}  // namespace sb
