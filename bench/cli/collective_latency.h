@@ -20,6 +20,10 @@ namespace sb {
 struct CollectiveLatency {
   double world_s = 0, intra_s = 0;
   int repeats = 0;
+  // and a 4 MiB one over the node (over the world where a node holds one rank), median of 5:
+  // the shared-memory bandwidth under the same load
+  GroupKind big_group = GroupKind::kIntra;
+  double big_s = 0;
 };
 // Collective over every rank of `mpi`: each calls it at the same point, before any strategy.
 // Runs on a communicator and ledger of its own, so no strategy's bytes or trace see it.
@@ -31,8 +35,9 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
 // its peer process), so every step gets it, and an inter-node step adds the link's own
 // `link_latency_s` (the probe's half round trip with --hosts netns; 0 between virtual nodes,
 // whose link is the same shared memory). Solved for base and step from the world's ring and
-// the node's (each at least 0); with one node or one rank per node, base 0. Returns the line
-// the cluster's source gets.
+// the node's (each at least 0); with one node or one rank per node, base 0. The 4 MiB ring's
+// extra time over its 1 KiB one gives the shared-memory bandwidth (intra; inter too between
+// virtual nodes, not across --hosts netns). Returns the line the cluster's source gets.
 std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, const Topology& topo,
                                      double link_latency_s);
 

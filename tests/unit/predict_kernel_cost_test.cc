@@ -100,14 +100,10 @@ TEST(KernelCost, RangeHoldsTheStepAndWidensOutsideTheValidatedRegion) {
 // the dry run charges every pass at that rate, so it is never free. qwZ alone gathers over the
 // world: each rank dequantises world x the elements it quantised, and the class pins that.
 TEST(KernelCost, QuantiserPassesAreChargedAtTheCalibratedRates) {
-  CpuCalibration cal;
-  cal.sgemm_flops = 100e9;
-  cal.mem_bw_bytes_per_s = 10e9;
-  cal.host_cores = 2;
-  cal.ranks_per_node = 2;
-  cal.quantize_elems_per_s = 200e6;
-  cal.dequantize_elems_per_s = 500e6;
-  const Cluster cpu = calibrated_cpu_cluster(cal);
+  Cluster cpu = load_cluster("cpu-local");  // as a run calibrates it (hardware.md)
+  cpu.memory_bw_bytes_per_s = 10e9;
+  cpu.kernels.quantize_elems_per_s = 200e6;
+  cpu.kernels.dequantize_elems_per_s = 500e6;
   PredictConfig cfg;
   cfg.model = model_shape(parse_predict_model("small"));
   cfg.world = 4;
