@@ -62,8 +62,8 @@ void QgzReduce::finish(TypedBuffer& out, float scale) {
   codes_handle_.wait();
   scales_handle_.wait();
   const uint64_t N = uint64_t(comm_.group(GroupKind::kInter).size());
+  std::vector<float> sum = dequantise_sum(inter_recv_, N, 1);  // empty where no data is held
   if (device_.holds_data()) {
-    std::vector<float> sum = dequantise_sum(inter_recv_, N, 1);
     for (float& x : sum) x *= scale;
     f32_to_device(device_, sum, out.data(), out.dtype());
   }
@@ -92,7 +92,10 @@ std::vector<int> QgzReduce::wire_order() const {
 QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t slots) {
   Wire w{TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kI8, slots * part_ / 2),
          TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kF32, slots * groups_)};
-  if (!device_.holds_data()) return w;
+  if (!device_.holds_data()) {
+    device_.quantizer_pass(QuantPass::kQuantize, slots * part_);
+    return w;
+  }
   std::vector<int8_t> codes(part_);
   std::vector<uint8_t> packed(slots * part_ / 2);
   std::vector<float> scales(slots * groups_);
@@ -109,7 +112,10 @@ QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t sl
 // The element-wise sum over `blocks` blocks of `slots` dequantised partitions each.
 std::vector<float> QgzReduce::dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots) {
   std::vector<float> sum(device_.holds_data() ? slots * part_ : 0, 0.0f);
-  if (!device_.holds_data()) return sum;
+  if (!device_.holds_data()) {
+    device_.quantizer_pass(QuantPass::kDequantize, blocks * slots * part_);
+    return sum;
+  }
   std::vector<uint8_t> packed(w.codes.size());
   std::vector<float> scales(w.scales.size());
   device_.copy_to_host(packed.data(), w.codes.data(), packed.size());

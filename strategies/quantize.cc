@@ -76,7 +76,8 @@ void quantize_symmetric(const float* v, uint64_t n, uint64_t blocks, int bits, i
 
 void quantize_int8(Device& device, const void* src, DType t, uint64_t n, uint64_t blocks,
                    void* codes, void* scales) {
-  if (!device.holds_data() || n == 0) return;
+  if (n == 0) return;
+  if (!device.holds_data()) return device.quantizer_pass(QuantPass::kQuantize, n);
   const std::vector<float> v = device_to_f32(device, src, t, n);
   std::vector<int8_t> q(n);
   std::vector<float> s(blocks, 1.0f);
@@ -99,7 +100,8 @@ void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes) {
 
 void dequantize_int8(Device& device, const void* codes, const void* scales, uint64_t n,
                      uint64_t blocks, uint64_t ranks, void* dst, DType t) {
-  if (!device.holds_data() || n == 0) return;
+  if (n == 0) return;
+  if (!device.holds_data()) return device.quantizer_pass(QuantPass::kDequantize, ranks * n);
   std::vector<int8_t> q(ranks * n);
   std::vector<float> s(ranks * blocks);
   device.copy_to_host(q.data(), codes, q.size());

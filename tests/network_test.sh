@@ -10,8 +10,9 @@
 #            process group: each job ends non-zero (130 for SIGINT), and no namespace,
 #            /etc/netns entry, veth, qdisc or process of the run is left (SIGTERM: two_host test)
 #   prediction  (no namespaces) the ranks read the measured link from SB_HOSTS_NETWORK: two
-#            hand-written links 1000x apart give the embedded prediction those inter links and
-#            comm times of inter bytes / bandwidth; a malformed file is refused (exit 2)
+#            hand-written links 1000x apart give the embedded prediction those inter links (the
+#            latency: the file's half round trip + the per-step delay the run measured at start)
+#            and comm times of latency + inter bytes / bandwidth; a malformed file is refused
 # Exit 77 (ctest: skipped) where namespaces cannot be created (not root, no tools).
 # Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|prediction
 set -euo pipefail
@@ -132,7 +133,9 @@ for r in doc["results"]:
     assert abs(err) <= 0.01, err
 pi = t["prediction_inter"]
 assert pi["bw_bytes_per_s"] == t["achieved_bytes_per_s"] and pi["per_rank"] is False, pi
-assert abs(pi["latency_s"] - t["rtt_s"] / 2) < 1e-12, pi
+# the link's half round trip, on top of the hosts' per-step delay the run measured at start
+step = doc["prediction_cluster"]["intra"]["latency_s"]
+assert step >= 0 and abs(pi["latency_s"] - step - t["rtt_s"] / 2) < 1e-12, (pi, step)
 print(f"ok   shaped: {t['achieved_gbps']:.3f} Gb/s payload, {100 * ratio:.1f} % of 0.5 Gb/s in "
       f"frames, rtt {1e6 * t['rtt_s']:.0f} us")
 EOF
@@ -220,15 +223,24 @@ docs = {bw: json.load(open(f"{sys.argv[1]}/p{bw}.json")) for bw in ("1e6", "1e9"
 comm = {}
 for bw, doc in docs.items():
     inter = doc["topology"]["prediction_inter"]
-    assert inter == {"bw_bytes_per_s": float(bw), "latency_s": 0.001, "per_rank": False}, inter
+    # the latency: the link's half round trip plus the per-step delay measured at start
+    step = doc["prediction_cluster"]["intra"]["latency_s"]
+    assert step >= 0 and abs(inter["latency_s"] - 0.001 - step) < 1e-12, (inter, step)
+    assert {k: inter[k] for k in ("bw_bytes_per_s", "per_rank")} == {
+        "bw_bytes_per_s": float(bw), "per_rank": False}, inter
     p = doc["results"][0]["prediction"]
     # 2 nodes x 1 rank: every byte a rank sends crosses, at the link's rate
     sent = p["comm"]["per_step"]["sent_bytes_inter_per_rank"]
-    comm[bw] = p["step_time_s"]["comm"]
+    # each collective's latency (2 ranks: an all-reduce 2 ring steps, the others 1), which the
+    # two runs measured apart: what is left is bytes over the link's rate
+    base = doc["prediction_cluster"]["base_latency_s"]
+    latency = sum(k["count"] * (base + (2 if k["kind"] == "all_reduce" else 1) * inter["latency_s"])
+                  for k in p["comm"]["by_kind"])
+    comm[bw] = p["step_time_s"]["comm"] - latency
     print(f"inter {bw} B/s: {sent} B per rank across, predicted comm {comm[bw]:.4f} s")
     if bw == "1e6":  # bandwidth-bound: within 5 % of bytes / bandwidth
         assert abs(comm[bw] / (sent / 1e6) - 1) < 0.05, (comm[bw], sent)
-# the same latency terms in both: the difference is the bytes at the two rates
+# without the latency terms, the difference is the bytes at the two rates
 diff = comm["1e6"] - comm["1e9"]
 want = sent * (1 / 1e6 - 1 / 1e9)
 assert abs(diff / want - 1) < 0.02, (diff, want)

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "harness/device/cpu_device.h"
+#include "strategies/quantize.h"
 
 extern "C" void openblas_set_num_threads(int);  // OpenBLAS: threads of this process
 
@@ -18,7 +20,9 @@ namespace sb {
 nlohmann::json PeakCalibration::to_json() const {
   return {{"per_device_flops", gflops * 1e9}, {"min_flops", min_gflops * 1e9},
           {"max_flops", max_gflops * 1e9},    {"repeats", repeats},
-          {"source", source},                 {"mem_bw_bytes_per_s", mem_bw_bytes_per_s}};
+          {"source", source},                 {"mem_bw_bytes_per_s", mem_bw_bytes_per_s},
+          {"quantize_elems_per_s", quantize_elems_per_s},
+          {"dequantize_elems_per_s", dequantize_elems_per_s}};
 }
 
 PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
@@ -29,12 +33,15 @@ PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
   p.repeats = j.at("repeats").get<int>();
   p.source = j.at("source").get<std::string>();
   p.mem_bw_bytes_per_s = j.value("mem_bw_bytes_per_s", 0.0);
+  p.quantize_elems_per_s = j.value("quantize_elems_per_s", 0.0);
+  p.dequantize_elems_per_s = j.value("dequantize_elems_per_s", 0.0);
   return p;
 }
 
 std::string PeakCalibration::to_flag() const {
-  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{}", gflops, min_gflops, max_gflops, repeats,
-                     mem_bw_bytes_per_s, source);
+  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{:.6g},{:.6g},{}", gflops, min_gflops,
+                     max_gflops, repeats, mem_bw_bytes_per_s, quantize_elems_per_s,
+                     dequantize_elems_per_s, source);
 }
 
 PeakCalibration PeakCalibration::from_flag(const std::string& s) {
@@ -52,6 +59,8 @@ PeakCalibration PeakCalibration::from_flag(const std::string& s) {
   p.max_gflops = std::stod(field());
   p.repeats = std::stoi(field());
   p.mem_bw_bytes_per_s = std::stod(field());
+  p.quantize_elems_per_s = std::stod(field());
+  p.dequantize_elems_per_s = std::stod(field());
   p.source = s.substr(pos);
   return p;
 }
@@ -117,10 +126,38 @@ double measure_triad_bw(int repeats, double block_s) {
   return rates[rates.size() / 2];
 }
 
+QuantizerRates measure_quantizer(int repeats, double block_s) {
+  auto dev = make_cpu_device();
+  const uint64_t n = uint64_t(1) << 20, blocks = qwz_blocks(n);
+  std::vector<float> v(n), back(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = float(int64_t(i % 255) - 127) * 1e-3f;
+  std::vector<int8_t> codes(n);
+  std::vector<float> scales(blocks);
+  auto quantize = [&] {
+    quantize_int8(*dev, v.data(), DType::kF32, n, blocks, codes.data(), scales.data());
+  };
+  auto dequantize = [&] {
+    dequantize_int8(*dev, codes.data(), scales.data(), n, blocks, 1, back.data(), DType::kF32);
+  };
+  quantize();  // warm-up: page in the buffers
+  dequantize();
+  if (std::fabs(back[200] - v[200]) > 1e-3f)
+    throw std::runtime_error("quantizer calibration: wrong round trip");
+  QuantizerRates r;
+  std::vector<double> rates = block_rates(repeats, block_s, double(n), quantize);
+  r.quantize = rates[rates.size() / 2];
+  rates = block_rates(repeats, block_s, double(n), dequantize);
+  r.dequantize = rates[rates.size() / 2];
+  return r;
+}
+
 PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who) {
   PeakCalibration p =
       peak_gflops > 0 ? fixed_peak(peak_gflops, "--peak-gflops") : measure_sgemm_peak(who);
   p.mem_bw_bytes_per_s = measure_triad_bw();
+  const QuantizerRates q = measure_quantizer();
+  p.quantize_elems_per_s = q.quantize;
+  p.dequantize_elems_per_s = q.dequantize;
   return p;
 }
 

@@ -19,6 +19,9 @@ struct PeakCalibration {
   // The same core's memory bandwidth (STREAM-like triad, bytes/s), for the cluster of the
   // run's embedded prediction; not part of MFU. 0: not measured (older files).
   double mem_bw_bytes_per_s = 0;
+  // ZeRO++'s quantiser (strategies/quantize.cc) on the same core, elements/s of a quantise and
+  // of a dequantise pass, for the same cluster. 0: not measured (older files).
+  double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
 
   nlohmann::json to_json() const;  // config.mfu_peak
   static PeakCalibration from_json(const nlohmann::json& j);  // throws on a malformed value
@@ -38,8 +41,16 @@ PeakCalibration measure_sgemm_peak(const std::string& who, int repeats = 7,
 // STREAM counts (12 bytes per element: two reads, one write; no write-allocate traffic).
 double measure_triad_bw(int repeats = 5, double block_s = 0.03);
 
+// One thread's pass of the suite's qwZ quantiser (quantize_int8, dequantize_int8 of
+// strategies/quantize.h, fp32 values, DeepSpeed's block search) over 1 Mi elements: elements/s,
+// median of `repeats` blocks of at least `block_s` seconds each; quantise and dequantise.
+struct QuantizerRates {
+  double quantize = 0, dequantize = 0;
+};
+QuantizerRates measure_quantizer(int repeats = 5, double block_s = 0.03);
+
 // What the launcher (or rank 0 without one) hands the ranks: --peak-gflops's figure or the
-// measured sgemm, with the triad bandwidth measured in the same process.
+// measured sgemm, with the triad bandwidth and the quantiser measured in the same process.
 PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who);
 
 // A fixed figure (--peak-gflops, or a GPU datasheet): no spread.

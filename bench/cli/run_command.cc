@@ -21,6 +21,7 @@ extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 #include "bench/cli/output_path.h"
 #include "bench/cli/ds_config.h"
 #include "bench/cli/fsdp_config.h"
+#include "bench/cli/collective_latency.h"
 #include "bench/cli/host_network.h"
 #include "bench/cli/peak_calibration.h"
 #include "bench/cli/config_binding.h"
@@ -176,14 +177,17 @@ RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
     CpuCalibration cal;
     cal.sgemm_flops = peak.gflops * 1e9;
     cal.mem_bw_bytes_per_s = peak.mem_bw_bytes_per_s;
+    cal.quantize_elems_per_s = peak.quantize_elems_per_s;
+    cal.dequantize_elems_per_s = peak.dequantize_elems_per_s;
     cal.host_cores = host_cores;
     cal.ranks_per_node = topo.ranks_per_node();
     cal.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     cal.source = fmt::format(
         "this run's calibration: {:.1f} GFLOP/s per core ({}); triad {:.2f} GB/s per core "
-        "(one thread, 3 x 32 MiB); {} physical core(s); {:.1f} GB RAM",
-        peak.gflops, peak.source, peak.mem_bw_bytes_per_s / 1e9, host_cores,
-        cal.memory_bytes / 1e9);
+        "(one thread, 3 x 32 MiB); quantiser {:.0f} / {:.0f} Melem/s (quantise / dequantise, "
+        "one thread, 1 Mi fp32); {} physical core(s); {:.1f} GB RAM",
+        peak.gflops, peak.source, peak.mem_bw_bytes_per_s / 1e9, peak.quantize_elems_per_s / 1e6,
+        peak.dequantize_elems_per_s / 1e6, host_cores, cal.memory_bytes / 1e9);
     return {calibrated_cpu_cluster(cal), ""};
   }
   const std::string preset = preset_for_cuda_device(device_name);
@@ -433,10 +437,15 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   RunCluster pc = prediction_cluster(cfg, topo, env.device_name, peak, host_cores);
   // [hosts netns] the prediction's inter-node link is the one ci/two_host.sh measured, so
   // measurement and prediction share one network.
-  if (network && pc.cluster) {
-    pc.cluster->inter = measured_inter_link(*network);
-    (*network)["prediction_inter"] = cluster_json(*pc.cluster)["inter"];
+  if (network && pc.cluster) pc.cluster->inter = measured_inter_link(*network);
+  // [CPU] the collectives' latency under this run's load, timed here as sgemm was at start.
+  if (cfg.device == "cpu" && pc.cluster) {
+    const std::string line =
+        apply_collective_latency(*pc.cluster, measure_collective_latency(mpi, topo, cfg.collectives),
+                                 topo, network ? pc.cluster->inter.latency_s : 0.0);
+    if (!line.empty()) pc.cluster->source += "; " + line;
   }
+  if (network && pc.cluster) (*network)["prediction_inter"] = cluster_json(*pc.cluster)["inter"];
   auto document = [&] {
     nlohmann::json doc = run_document(cfg, topo, env, results);
     doc["config"] = config;

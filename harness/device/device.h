@@ -22,6 +22,10 @@ inline const char* matmul_precision_name(MatmulPrecision p) {
   return p == MatmulPrecision::kBf16 ? "bf16" : "fp32";
 }
 
+// One pass of ZeRO++'s block quantiser (strategies/quantize.h): float values to codes and block
+// scales, or codes and scales back to floats.
+enum class QuantPass { kQuantize, kDequantize };
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -156,6 +160,12 @@ class Device {
                      float grad_scale) = 0;
   virtual void bf16_to_f32(float* dst, const uint16_t* src, size_t n) = 0;
   virtual void f32_to_bf16(uint16_t* dst, const float* src, size_t n) = 0;
+
+  // The quantiser is host arithmetic over the data a device holds (strategies/quantize.cc), so
+  // a real device's wall clock has already run it. A device that holds no data (the
+  // predictor's) never runs that loop: the strategy reports each pass over `elements` values
+  // here instead, so the simulated clock can charge what the loop would have cost.
+  virtual void quantizer_pass(QuantPass pass, uint64_t elements) {}
 };
 
 std::unique_ptr<Device> make_cpu_device();

@@ -208,7 +208,10 @@ KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
                                       {"mem_bw_fraction", &KernelModel::mem_bw_fraction},
                                       {"flash_fwd", &KernelModel::flash_fwd},
                                       {"flash_bwd", &KernelModel::flash_bwd},
-                                      {"launch_s", &KernelModel::launch_s}};
+                                      {"launch_s", &KernelModel::launch_s},
+                                      {"quantize_elems_per_s", &KernelModel::quantize_elems_per_s},
+                                      {"dequantize_elems_per_s",
+                                       &KernelModel::dequantize_elems_per_s}};
   for (const Field& f : kFields) k.*f.at = num(j, f.key, k.*f.at);
   k.sm_count = int(num(j, "sm_count", def.sm_count));
   k.comm_sms = int(num(j, "comm_sms", def.comm_sms));
@@ -220,10 +223,11 @@ KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
   k.source = j.value("source", def.source);
   if (k.sm_count < 0 || k.comm_sms < 0 || k.gemm_ceiling < 0 || k.gemm_ceiling > 1 ||
       k.mem_bw_fraction <= 0 || k.mem_bw_fraction > 1 || k.flash_fwd < 0 || k.flash_fwd > 1 ||
-      k.flash_bwd < 0 || k.flash_bwd > 1 || k.launch_s < 0 || k.launch_s > 1)
+      k.flash_bwd < 0 || k.flash_bwd > 1 || k.launch_s < 0 || k.launch_s > 1 ||
+      k.quantize_elems_per_s < 0 || k.dequantize_elems_per_s < 0)
     throw std::invalid_argument(
         "cluster key 'kernels': sm_count, comm_sms >= 0; gemm_ceiling, flash_* in [0, 1]; "
-        "mem_bw_fraction in (0, 1]; launch_s in [0, 1]");
+        "mem_bw_fraction in (0, 1]; launch_s in [0, 1]; *quantize_elems_per_s >= 0");
   if (k.sm_count > 0 && k.comm_sms >= k.sm_count)
     throw std::invalid_argument("cluster key 'kernels.comm_sms' must be below sm_count");
   return k;
@@ -256,6 +260,9 @@ Cluster calibrated_cpu_cluster(const CpuCalibration& cal) {
   if (cal.host_cores > 0) c.host_cores = cal.host_cores;
   c.ranks_per_node = std::max(1, cal.ranks_per_node);
   if (cal.memory_bytes > 0) c.device_memory_bytes = cal.memory_bytes;
+  if (cal.quantize_elems_per_s > 0) c.kernels.quantize_elems_per_s = cal.quantize_elems_per_s;
+  if (cal.dequantize_elems_per_s > 0)
+    c.kernels.dequantize_elems_per_s = cal.dequantize_elems_per_s;
   c.source = cal.source + "; compute_efficiency and links: cpu-local's (" + cpu_local().source + ")";
   return c;
 }
@@ -271,6 +278,8 @@ nlohmann::json kernel_model_json(const KernelModel& k) {
           {"mem_bw_fraction", k.mem_bw_fraction}, {"flash_fwd", k.flash_fwd},
           {"flash_bwd", k.flash_bwd},      {"launch_s", k.launch_s},
           {"comm_sms", k.comm_sms},        {"validated", k.validated},
+          {"quantize_elems_per_s", k.quantize_elems_per_s},
+          {"dequantize_elems_per_s", k.dequantize_elems_per_s},
           {"source", k.source}};
 }
 
@@ -287,6 +296,7 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"comm_efficiency", c.comm_efficiency},
           {"device_memory_bytes", c.device_memory_bytes},
           {"memory_bw_bytes_per_s", c.memory_bw_bytes_per_s},
+          {"base_latency_s", c.base_latency_s},
           {"ranks_per_node", c.ranks_per_node},
           {"host_cores", c.host_cores},
           {"bf16_matmul", c.bf16_matmul},

@@ -29,6 +29,9 @@ struct KernelModel {
   double flash_fwd = 0, flash_bwd = 0;  // fused attention achieved / peak (0: gemm_ceiling)
   double launch_s = 0;         // the shortest a kernel can take (launch and dispatch)
   int comm_sms = 0;            // SMs a running collective holds (contention with compute)
+  // ZeRO++'s quantiser as host arithmetic (strategies/quantize.cc), elements per second of one
+  // quantise and one dequantise pass, timed on this core; 0: a device kernel, memory-bound.
+  double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
   bool validated = false;      // the device of a published run in bench/published
   std::string source;          // where each constant comes from
 };
@@ -79,6 +82,9 @@ struct CpuCalibration {
   int host_cores = 0;          // physical cores the ranks share
   int ranks_per_node = 1;
   double memory_bytes = 0;     // the host's RAM; 0: cpu-local's
+  // strategies/quantize.cc's quantise and dequantise passes on this core (elements/s); 0: not
+  // measured (the cluster keeps cpu-local's figures)
+  double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
   std::string source;          // how and when, one line
 };
 // cpu-local with the measured figures in place of the fitted ones; the links keep cpu-local's

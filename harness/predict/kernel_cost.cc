@@ -28,6 +28,7 @@ const char* kernel_class_name(KernelClass k) {
     case KernelClass::kElementwise: return "elementwise";
     case KernelClass::kOptimizer: return "optimizer";
     case KernelClass::kCopy: return "copy";
+    case KernelClass::kQuantize: return "quantize";
   }
   return "?";
 }
@@ -72,6 +73,13 @@ double memory_seconds(const Cluster& c, double bytes) {
   const double frac = kernel_model_on(c) && c.kernels.mem_bw_fraction > 0
                           ? c.kernels.mem_bw_fraction : 1.0;
   return bytes / (c.memory_bw_bytes_per_s * frac);
+}
+
+double quantizer_seconds(const Cluster& c, QuantPass pass, double elements, double value_bytes) {
+  const double rate = pass == QuantPass::kQuantize ? c.kernels.quantize_elems_per_s
+                                                   : c.kernels.dequantize_elems_per_s;
+  if (rate > 0) return elements / rate;
+  return memory_seconds(c, elements * (value_bytes + 1.0));
 }
 
 // Spread of each class's constant: GEMM ceilings are one shape's best (MAMF) and real shapes

@@ -7,13 +7,14 @@
 
 #include <array>
 
+#include "harness/device/device.h"
 #include "harness/predict/cluster.h"
 
 namespace sb {
 
 // What the breakdown of a predicted step sums time by.
-enum class KernelClass { kGemm, kAttention, kNorm, kElementwise, kOptimizer, kCopy };
-constexpr int kNumKernelClasses = 6;
+enum class KernelClass { kGemm, kAttention, kNorm, kElementwise, kOptimizer, kCopy, kQuantize };
+constexpr int kNumKernelClasses = 7;
 const char* kernel_class_name(KernelClass k);
 using ClassSeconds = std::array<double, kNumKernelClasses>;
 
@@ -33,6 +34,12 @@ double gemm_seconds(const Cluster& c, bool bf16, double m, double n, double k, i
 // skip the masked half of the score tiles (FlashAttention-2 counts causal FLOPs as half).
 double flash_seconds(const Cluster& c, bool bf16, double flops, bool backward);
 double memory_seconds(const Cluster& c, double bytes);
+// One pass of ZeRO++'s block quantiser over `elements` values (Device::quantizer_pass). Where
+// the cluster carries the host loop's calibrated rate (a CPU run times strategies/quantize.cc
+// itself at start, as it times sgemm), elements over that rate; otherwise the GPU kernel
+// DeepSpeed runs (csrc/quantization), memory-bound: the values' bytes (`value_bytes` each) and
+// the int8 codes once each over the memory bandwidth.
+double quantizer_seconds(const Cluster& c, QuantPass pass, double elements, double value_bytes);
 // The step-time uncertainty of a class, relative (the constants' stated spread).
 double class_uncertainty(KernelClass k);
 constexpr double kCommUncertainty = 0.25;   // alpha-beta of nccl-tests bus bandwidth

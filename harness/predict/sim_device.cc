@@ -166,6 +166,13 @@ class SimDevice final : public Device {
   void f32_to_bf16(uint16_t*, const float*, size_t n) override {
     memory(6.0 * double(n), kCopy);
   }
+  // ZeRO++'s quantiser runs on the rank's own thread, between its collectives: a kernel of the
+  // compute stream. Values as the bf16-mixed step holds them (bf16 on a GPU, fp32 on a CPU).
+  void quantizer_pass(QuantPass pass, uint64_t elements) override {
+    const double t = quantizer_seconds(cluster_, pass, double(elements),
+                                       cluster_.bf16_matmul ? 2.0 : 4.0);
+    if (t > 0) advance(KernelClass::kQuantize, t, t);
+  }
 
  private:
   static constexpr KernelClass kNorm = KernelClass::kNorm, kCopy = KernelClass::kCopy,

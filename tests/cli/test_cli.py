@@ -130,6 +130,15 @@ class RunTest(unittest.TestCase):
         self.assertEqual(cl["peak_flops_fp32"], peak["per_device_flops"])
         self.assertGreater(peak["mem_bw_bytes_per_s"], 0)
         self.assertEqual(cl["memory_bw_bytes_per_s"], peak["mem_bw_bytes_per_s"])
+        # ZeRO++'s host quantiser, timed in the same process: its passes are never free
+        for k in ("quantize_elems_per_s", "dequantize_elems_per_s"):
+            self.assertGreater(peak[k], 0, k)
+            self.assertEqual(cl["kernels"][k], peak[k], k)
+        # the collectives' delay and shared-memory bandwidth, timed once MPI is up
+        if doc["config"]["world_size"] > 1:
+            self.assertIn("collective latency measured at start", cl["source"])
+            self.assertGreaterEqual(cl["base_latency_s"], 0)
+            self.assertGreaterEqual(cl["intra"]["latency_s"], 0)
         basis = doc["results"][0]["throughput"]["peak_basis"]
         self.assertEqual(cl["host_cores"], basis["physical_cores"])
         self.assertEqual(cl["ranks_per_node"], doc["config"]["ranks_per_node"])

@@ -38,6 +38,8 @@ TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
   cal.host_cores = 2;
   cal.ranks_per_node = 2;
   cal.memory_bytes = 16e9;
+  cal.quantize_elems_per_s = 150e6;
+  cal.dequantize_elems_per_s = 250e6;
   cal.source = "test";
   const Cluster c = calibrated_cpu_cluster(cal);
   const Cluster local = load_cluster("cpu-local");
@@ -46,6 +48,8 @@ TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
   EXPECT_EQ(c.memory_bw_bytes_per_s, 9.5e9);
   EXPECT_EQ(c.host_cores, 2);
   EXPECT_EQ(c.device_memory_bytes, 16e9);
+  EXPECT_EQ(c.kernels.quantize_elems_per_s, 150e6);
+  EXPECT_EQ(c.kernels.dequantize_elems_per_s, 250e6);
   EXPECT_FALSE(c.bf16_matmul);
   EXPECT_EQ(c.intra.bw_bytes_per_s, local.intra.bw_bytes_per_s);  // cpu-local's link model
   EXPECT_EQ(c.compute_efficiency, local.compute_efficiency);

@@ -96,5 +96,49 @@ TEST(KernelCost, RangeHoldsTheStepAndWidensOutsideTheValidatedRegion) {
   EXPECT_NE(outside_validated_region(llama7b(4), load_cluster("dgx-h100"), 4), "");
 }
 
+// ZeRO++'s quantiser is host work on a CPU (strategies/quantize.cc), timed by the run at start:
+// the dry run charges every pass at that rate, so it is never free. qwZ alone gathers over the
+// world: each rank dequantises world x the elements it quantised, and the class pins that.
+TEST(KernelCost, QuantiserPassesAreChargedAtTheCalibratedRates) {
+  Cluster cpu = load_cluster("cpu-local");  // as a run calibrates it (hardware.md)
+  cpu.memory_bw_bytes_per_s = 10e9;
+  cpu.kernels.quantize_elems_per_s = 200e6;
+  cpu.kernels.dequantize_elems_per_s = 500e6;
+  PredictConfig cfg;
+  cfg.model = model_shape(parse_predict_model("small"));
+  cfg.world = 4;
+  cfg.ranks_per_node = 2;
+  cfg.batch_per_rank = 1;
+  constexpr int kQ = int(KernelClass::kQuantize);
+  EXPECT_EQ(predict(cfg, "zero3", cpu).kernel_s[kQ], 0) << "no ZeRO++ knob, no quantiser";
+
+  cfg.options.zero_quantized_weights = true;
+  const Prediction qwz = predict(cfg, "zero3", cpu);
+  ASSERT_GT(qwz.kernel_s[kQ], 0);
+  Cluster free_dequant = cpu;
+  free_dequant.kernels.dequantize_elems_per_s = 1e30;  // leaves the quantise passes alone
+  const double quantise_s = predict(cfg, "zero3", free_dequant).kernel_s[kQ];
+  ASSERT_GT(quantise_s, 0);
+  EXPECT_NEAR((qwz.kernel_s[kQ] - quantise_s) / quantise_s, 4.0 * 200e6 / 500e6, 1e-9);
+
+  // all three knobs: the class scales as 1 / rate, the bytes do not move
+  cfg.options.zero_hpz_partition_size = 2;
+  cfg.options.zero_quantized_gradients = true;
+  const Prediction zpp = predict(cfg, "zero3", cpu);
+  Cluster twice = cpu;
+  twice.kernels.quantize_elems_per_s *= 2;
+  twice.kernels.dequantize_elems_per_s *= 2;
+  const Prediction fast = predict(cfg, "zero3", twice);
+  EXPECT_NEAR(fast.kernel_s[kQ], zpp.kernel_s[kQ] / 2, 1e-12 * zpp.kernel_s[kQ]);
+  EXPECT_LT(fast.step_s, zpp.step_s);
+  EXPECT_EQ(fast.traffic.max_rank_sent, zpp.traffic.max_rank_sent);
+
+  // a GPU preset has no host loop: DeepSpeed's quantiser kernel, memory-bound
+  cfg.options.precision = Precision::kBf16Mixed;
+  EXPECT_GT(predict(cfg, "zero3", load_cluster("dgx-h100")).kernel_s[kQ], 0);
+  EXPECT_NEAR(quantizer_seconds(load_cluster("dgx-h100"), QuantPass::kQuantize, 1e9, 2.0),
+              3e9 / (3.35e12 * 0.9), 1e-15);
+}
+
 }  // namespace
 }  // namespace sb
