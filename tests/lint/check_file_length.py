@@ -47,11 +47,10 @@ def main():
     bad = long_files(root)
     for path, n in bad:
         print(f"{path}: {n} lines (limit {LIMIT})")
-    if bad:
-        print(f"{len(bad)} file(s) under {', '.join(SCANNED)} longer than {LIMIT} lines")
-        return 1
-    print(f"file length: every file under {', '.join(SCANNED)} has at most {LIMIT} lines")
-    return 0
+    where = ", ".join(SCANNED)
+    print(f"{len(bad)} file(s) under {where} longer than {LIMIT} lines" if bad else
+          f"file length: every file under {where} has at most {LIMIT} lines")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
