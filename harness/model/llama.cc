@@ -47,7 +47,14 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                F = config_.ffn_hidden, BT = B * T,
                KVD = size_t(config_.kv_heads()) * config_.head_dim();
-  auto f = [&](size_t n) { return TrackedBuffer<float>(memory, MemCategory::kActivations, n); };
+  // What the stack holds for each buffer under bf16-mixed: as gpt.cc's (Held in tracker.h).
+  auto f = [&](size_t n, Held h = Held::kAsStored) {
+    return TrackedBuffer<float>(memory, MemCategory::kActivations, n, h);
+  };
+  auto stream = [&](size_t n) { return f(n, Held::kStream); };
+  auto half = [&](size_t n) { return f(n, Held::kBf16); };
+  const Held att_held = config_.attention == AttentionKind::kNaive ? Held::kStream
+                                                                   : Held::kAsStored;
   const LayerSlots slots(config_), op_slots = LayerSlots::for_op_saved(config_);
   const size_t S = slots.count;
   auto saved = [&](size_t n) { return SavedPerLayer(memory, slots, n, bf16_activations); };
@@ -60,7 +67,7 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   a.bt = BT;
   a.btc = BT * C;
   a.ends = DecoderEnds(layout_, device_, memory, batch, bf16_activations);
-  a.encoded = f(BT * C);
+  a.encoded = stream(BT * C);
   a.rms1 = saved(BT * C);
   a.qkv = op_saved(BT * 3 * C);
   a.atty = op_saved(BT * C);
@@ -70,18 +77,18 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   a.rstd1 = f(S * BT);
   a.rstd2 = f(S * BT);
   a.att_per_layer = attention_saved_floats(config_, B);
-  a.att = f(op_slots.count * a.att_per_layer);
-  a.residual2 = f(S * BT * C);
-  a.residual3 = f(L * BT * C);
-  a.qkv_raw = f(BT * (C + 2 * KVD));
-  a.work = f(BT * C);
-  a.rmsf = f(BT * C);
+  a.att = f(op_slots.count * a.att_per_layer, att_held);
+  a.residual2 = stream(S * BT * C);
+  a.residual3 = stream(L * BT * C);
+  a.qkv_raw = half(BT * (C + 2 * KVD));
+  a.work = stream(BT * C);
+  a.rmsf = half(BT * C);  // the head saves autocast's bf16 copy
   a.rstdf = f(BT);
-  a.dresidual = f(BT * C);
-  a.dqkv = f(BT * 3 * C);
-  a.datt = f(a.att_per_layer);
-  a.dh = f(BT * 2 * F);
-  a.dg = f(BT * F);
+  a.dresidual = stream(BT * C);
+  a.dqkv = half(BT * 3 * C);
+  a.datt = f(a.att_per_layer, att_held);
+  a.dh = half(BT * 2 * F);
+  a.dg = half(BT * F);
 }
 
 LlamaModel::~LlamaModel() = default;
