@@ -78,6 +78,22 @@ class SavedPerLayer {
   TrackedBuffer<uint16_t> half_;
 };
 
+// The models' fp32 activation buffers, each counted in the stack's ledger as its Held says
+// (tracker.h): f32 as stored (statistics, fused attention's log-sum-exps and row deltas),
+// stream (the residual stream and its gradient), half (autocast's bf16 outputs and their
+// gradients); attention: naive attention's probabilities are the stream's dtype.
+struct ActivationBuffers {
+  ActivationBuffers(MemoryTracker& mem, const GptConfig& c)
+      : m(mem), attention(c.attention == AttentionKind::kNaive ? Held::kStream : Held::kAsStored) {}
+  TrackedBuffer<float> f32(size_t n, Held h = Held::kAsStored) const {
+    return TrackedBuffer<float>(m, MemCategory::kActivations, n, h);
+  }
+  TrackedBuffer<float> stream(size_t n) const { return f32(n, Held::kStream); }
+  TrackedBuffer<float> half(size_t n) const { return f32(n, Held::kBf16); }
+  MemoryTracker& m;
+  Held attention;
+};
+
 // One op whose output op checkpointing keeps (qkv, attention, fc / w1|w3): computed and saved in
 // a forward; in op's recompute (cached) served from what was saved, as torch's selective
 // checkpoint serves a MUST_SAVE op from its cache — the fp32 work reloaded, nothing computed.
