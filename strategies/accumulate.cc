@@ -11,7 +11,9 @@ void add_grads(Device& device, MemoryTracker& memory, void* dst, const void* src
     device.add_inplace(static_cast<float*>(dst), static_cast<const float*>(src), n);
     return;
   }
-  TrackedBuffer<float> a(memory, MemCategory::kWorkspace, n), b(memory, MemCategory::kWorkspace, n);
+  // torch's add_ on bf16 sums in fp32 registers (aten's opmath type): no fp32 tensors (Held::kNone).
+  TrackedBuffer<float> a(memory, MemCategory::kWorkspace, n, Held::kNone),
+      b(memory, MemCategory::kWorkspace, n, Held::kNone);
   device.bf16_to_f32(a.data(), static_cast<const uint16_t*>(dst), n);
   device.bf16_to_f32(b.data(), static_cast<const uint16_t*>(src), n);
   device.add_inplace(a.data(), b.data(), n);

@@ -210,10 +210,14 @@ void print_table(const PredictConfig& cfg, const Cluster& cl, const std::vector<
         p.comm_s, p.step_s, p.tokens_per_s, p.mfu, p.hfu);
   }
   fmt::print(
-      "(per rank per step: memory at the peak ({}); device = peak + CUDA context + NCCL buffers + "
+      "(per rank per step: memory at the peak ({}{}); device = peak + CUDA context + NCCL buffers + "
       "caching-allocator margin (GPU clusters, first row: {} + {} + {}); bytes sent by the busiest rank per "
       "hop class; limit {} GiB per rank{}; step s {} overlap)\n",
-      u, ps.empty() ? "0" : mem(double(ps.front().cuda_context)),
+      u,
+      !ps.empty() && std::string(ps.front().memory_of) == "stack" && cfg.options.precision == Precision::kBf16Mixed
+          ? ", as PyTorch / DeepSpeed hold it in bf16: no fp32 work copies"
+          : "",
+      ps.empty() ? "0" : mem(double(ps.front().cuda_context)),
       ps.empty() ? "0" : mem(double(ps.front().nccl_buffers)),
       ps.empty() ? "0" : mem(double(ps.front().allocator_margin)), gib(ps.empty() ? 0 : ps.front().limit_bytes),
       cfg.model->bare ? "; --params: model state only" : "",

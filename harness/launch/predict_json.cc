@@ -92,6 +92,8 @@ json prediction_json(const Prediction& p) {
       {"padded_params", p.padded_params},
       {"memory",
        {{"peak_bytes_per_rank", p.peak},
+        {"memory_of", p.memory_of},
+        {"implementation_peak_bytes_per_rank", p.implementation_peak},
         {"model_state_bytes_per_rank",
          {{"params", p.state_params}, {"grads", p.state_grads}, {"optimizer", p.state_optimizer}}},
         {"activations_bytes", p.activations},

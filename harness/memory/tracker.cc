@@ -37,7 +37,18 @@ RawAllocator host_allocator() {
 
 MemoryTracker::MemoryTracker(RawAllocator raw) : raw_(std::move(raw)) {}
 
-void* MemoryTracker::allocate(MemCategory c, size_t bytes) {
+uint64_t MemoryTracker::held_bytes(Held h, uint64_t bytes) const {
+  if (!policy_.bf16) return bytes;
+  switch (h) {
+    case Held::kAsStored: return bytes;
+    case Held::kBf16: return bytes / 2;
+    case Held::kStream: return policy_.stream_bf16 ? bytes / 2 : bytes;
+    case Held::kNone: return 0;
+  }
+  return bytes;
+}
+
+void* MemoryTracker::allocate(MemCategory c, size_t bytes, uint64_t held) {
   if (limit_ != 0 && current_total_ + bytes > limit_) {
     std::ostringstream os;
     os << "out of memory: allocating " << bytes << " bytes of " << category_name(c)
@@ -56,19 +67,29 @@ void* MemoryTracker::allocate(MemCategory c, size_t bytes) {
     peak_total_ = current_total_;
     at_peak_ = current_;
   }
+  held_current_[int(c)] += held;
+  held_current_total_ += held;
+  if (held_current_total_ > held_peak_total_) {
+    held_peak_total_ = held_current_total_;
+    held_at_peak_ = held_current_;
+  }
   return p;
 }
 
-void MemoryTracker::release(void* p, MemCategory c, size_t bytes) {
+void MemoryTracker::release(void* p, MemCategory c, size_t bytes, uint64_t held) {
   raw_.release(p);
   current_[int(c)] -= bytes;
   current_total_ -= bytes;
+  held_current_[int(c)] -= held;
+  held_current_total_ -= held;
 }
 
 void MemoryTracker::reset_peak() {
   peak_total_ = current_total_;
   at_peak_ = current_;
   peak_per_category_ = current_;
+  held_peak_total_ = held_current_total_;
+  held_at_peak_ = held_current_;
 }
 
 std::string MemoryTracker::format_breakdown(const MemBreakdown& b) {

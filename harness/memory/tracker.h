@@ -29,6 +29,28 @@ constexpr int kNumMemCategories = 8;
 const char* category_name(MemCategory c);
 using MemBreakdown = std::array<uint64_t, kNumMemCategories>;
 
+// What a bf16-mixed PyTorch or DeepSpeed step holds for a buffer this implementation keeps:
+// the model computes in fp32 and keeps fp32 work beside its bf16 storage, where the stacks run
+// bf16 kernels on bf16 tensors (autocast: torch/amp/autocast_mode.py; FSDP MixedPrecision
+// param_dtype=bf16: torch/distributed/fsdp/_flat_param.py FlatParamHandle._use_low_precision_shard
+// gathers bf16 params, so every activation is bf16; DeepSpeed bf16: runtime/bf16_optimizer.py
+// BF16_Optimizer, zero/stage_1_and_2.py single_partition_of_fp32_groups and zero/stage3.py
+// _create_fp32_partitions keep bf16 params and grads, the fp32 master only in the optimizer).
+// The tracker counts both ledgers: the bytes this implementation holds (what a run measures)
+// and the bytes the stack holds (what `predict` reports on a GPU cluster). Under fp32 they
+// are the same.
+enum class Held : uint8_t {
+  kAsStored,  // the same tensor in the same dtype
+  kBf16,      // fp32 here, bf16 in the stack under bf16-mixed (autocast's outputs and grads)
+  kStream,    // the residual stream and its gradient: bf16 where the parameters the model
+              // computes with are bf16 (FSDP, FSDP2, DeepSpeed), fp32 under DDP's autocast
+  kNone,      // an fp32 work copy of a bf16 tensor: the stack's bf16 kernels read the tensor
+};
+struct HeldPolicy {
+  bool bf16 = false;         // bf16-mixed
+  bool stream_bf16 = false;  // the model computes with bf16 parameters
+};
+
 class OutOfMemory : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -47,8 +69,18 @@ class MemoryTracker {
   MemoryTracker(const MemoryTracker&) = delete;
   MemoryTracker& operator=(const MemoryTracker&) = delete;
 
-  void* allocate(MemCategory c, size_t bytes);  // throws OutOfMemory past the limit
-  void release(void* p, MemCategory c, size_t bytes);
+  // held: the bytes the stack holds for it (Held above); the limit applies to `bytes`.
+  void* allocate(MemCategory c, size_t bytes, uint64_t held);  // throws OutOfMemory past the limit
+  void* allocate(MemCategory c, size_t bytes) { return allocate(c, bytes, bytes); }
+  void release(void* p, MemCategory c, size_t bytes, uint64_t held);
+  void release(void* p, MemCategory c, size_t bytes) { release(p, c, bytes, bytes); }
+
+  void set_held_policy(HeldPolicy p) { policy_ = p; }
+  uint64_t held_bytes(Held h, uint64_t bytes) const;
+  // The stack's ledger: bytes now per category, its peak total and the breakdown at that peak.
+  uint64_t held_current(MemCategory c) const { return held_current_[int(c)]; }
+  uint64_t held_peak_total() const { return held_peak_total_; }
+  const MemBreakdown& held_breakdown_at_peak() const { return held_at_peak_; }
 
   uint64_t current(MemCategory c) const { return current_[int(c)]; }
   uint64_t peak(MemCategory c) const { return peak_per_category_[int(c)]; }
@@ -78,6 +110,11 @@ class MemoryTracker {
   MemBreakdown at_peak_{};
   uint64_t current_total_ = 0;
   uint64_t peak_total_ = 0;
+  HeldPolicy policy_;
+  MemBreakdown held_current_{};
+  MemBreakdown held_at_peak_{};
+  uint64_t held_current_total_ = 0;
+  uint64_t held_peak_total_ = 0;
   uint64_t limit_ = 0;
   bool defer_ = false;
   std::string overflow_;
@@ -88,9 +125,9 @@ template <class T>
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(MemoryTracker& t, MemCategory c, size_t n)
-      : tracker_(&t), category_(c), size_(n),
-        data_(n ? static_cast<T*>(t.allocate(c, n * sizeof(T))) : nullptr) {}
+  TrackedBuffer(MemoryTracker& t, MemCategory c, size_t n, Held h = Held::kAsStored)
+      : tracker_(&t), category_(c), size_(n), held_(t.held_bytes(h, n * sizeof(T))),
+        data_(n ? static_cast<T*>(t.allocate(c, n * sizeof(T), held_)) : nullptr) {}
   TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
   TrackedBuffer& operator=(TrackedBuffer&& o) noexcept {
     if (this != &o) {
@@ -98,6 +135,7 @@ class TrackedBuffer {
       tracker_ = std::exchange(o.tracker_, nullptr);
       category_ = o.category_;
       size_ = std::exchange(o.size_, 0);
+      held_ = std::exchange(o.held_, 0);
       data_ = std::exchange(o.data_, nullptr);
     }
     return *this;
@@ -107,9 +145,10 @@ class TrackedBuffer {
   ~TrackedBuffer() { reset(); }
 
   void reset() {
-    if (data_ != nullptr) tracker_->release(data_, category_, size_ * sizeof(T));
+    if (data_ != nullptr) tracker_->release(data_, category_, size_ * sizeof(T), held_);
     data_ = nullptr;
     size_ = 0;
+    held_ = 0;
   }
   T* data() { return data_; }
   const T* data() const { return data_; }
@@ -124,6 +163,7 @@ class TrackedBuffer {
   MemoryTracker* tracker_ = nullptr;
   MemCategory category_ = MemCategory::kWorkspace;
   size_t size_ = 0;
+  uint64_t held_ = 0;
   T* data_ = nullptr;
 };
 

@@ -88,7 +88,7 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   }
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                BT = B * T;
-  auto f = [&](size_t n) { return TrackedBuffer<float>(memory_, MemCategory::kActivations, n); };
+  const ActivationBuffers buf(memory_, config_);  // saved.h: each buffer's Held
   Acts& a = *acts_;
   const LayerSlots slots(config_);  // one per kept layer, one shared by the checkpointed ones
   const LayerSlots op_slots = LayerSlots::for_op_saved(config_);
@@ -96,37 +96,41 @@ GptModel::GptModel(const GptConfig& config, int batch, Device& device, MemoryTra
   a.slot_of = slots.of;
   a.op_slot_of = op_slots.of;
   auto saved = [&](size_t n) { return SavedPerLayer(memory_, slots, n, bf16_activations); };
+  auto unread = [&](size_t n) {  // kept per layer, never read by backward (saved.h)
+    return SavedPerLayer(memory_, slots, n, bf16_activations, false);
+  };
   auto op_saved = [&](size_t n) {
     return SavedPerLayer(memory_, op_slots, n, bf16_activations);
   };
   a.ends = DecoderEnds(layout_, device_, memory_, batch, bf16_activations);
-  a.encoded = f(BT * C);
+  a.encoded = buf.stream(BT * C);
   a.ln1 = saved(BT * C);
-  a.ln1_mean = f(S * BT);
-  a.ln1_rstd = f(S * BT);
+  a.ln1_mean = buf.f32(S * BT);
+  a.ln1_rstd = buf.f32(S * BT);
   a.qkv = op_saved(BT * 3 * C);
   a.atty = op_saved(BT * C);
   a.att_per_layer = attention_saved_floats(config_, B);
-  a.att = f(op_slots.count * a.att_per_layer);
-  a.attproj = saved(BT * C);
-  a.residual2 = f(S * BT * C);
+  a.att = buf.f32(op_slots.count * a.att_per_layer, buf.attention);
+  a.attproj = unread(BT * C);
+  a.residual2 = buf.stream(S * BT * C);
   a.ln2 = saved(BT * C);
-  a.ln2_mean = f(S * BT);
-  a.ln2_rstd = f(S * BT);
+  a.ln2_mean = buf.f32(S * BT);
+  a.ln2_rstd = buf.f32(S * BT);
   a.fch = op_saved(BT * 4 * C);
   a.fch_gelu = saved(BT * 4 * C);
-  a.fcproj = saved(BT * C);
-  a.residual3 = f(L * BT * C);
-  a.lnf = f(BT * C);
-  a.lnf_mean = f(BT);
-  a.lnf_rstd = f(BT);
+  a.fcproj = unread(BT * C);
+  a.residual3 = buf.stream(L * BT * C);
+  a.lnf = buf.half(BT * C);  // the head saves autocast's bf16 copy
+  a.lnf_mean = buf.f32(BT);
+  a.lnf_rstd = buf.f32(BT);
   // Activation gradients (kActivations, as the tracker defines it): live only during backward.
-  a.dresidual = f(BT * C);
-  a.dbtc = f(BT * C);
-  a.dqkv = f(BT * 3 * C);
-  a.datt = f(a.att_per_layer);  // softmax-backward scratch, or fused backward's row deltas
-  a.dfch_gelu = f(BT * 4 * C);
-  a.dfch = f(BT * 4 * C);
+  a.dresidual = buf.stream(BT * C);
+  a.dbtc = buf.stream(BT * C);
+  a.dqkv = buf.half(BT * 3 * C);
+  // softmax-backward scratch, or fused backward's row deltas
+  a.datt = buf.f32(a.att_per_layer, buf.attention);
+  a.dfch_gelu = buf.half(BT * 4 * C);
+  a.dfch = buf.half(BT * 4 * C);
 }
 
 GptModel::~GptModel() = default;

@@ -47,7 +47,7 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   const size_t B = batch, T = config_.seq_len, C = config_.n_embd, L = config_.n_layer,
                F = config_.ffn_hidden, BT = B * T,
                KVD = size_t(config_.kv_heads()) * config_.head_dim();
-  auto f = [&](size_t n) { return TrackedBuffer<float>(memory, MemCategory::kActivations, n); };
+  const ActivationBuffers buf(memory, config_);  // saved.h: each buffer's Held
   const LayerSlots slots(config_), op_slots = LayerSlots::for_op_saved(config_);
   const size_t S = slots.count;
   auto saved = [&](size_t n) { return SavedPerLayer(memory, slots, n, bf16_activations); };
@@ -60,28 +60,28 @@ LlamaModel::LlamaModel(const GptConfig& config, int batch, Device& device,
   a.bt = BT;
   a.btc = BT * C;
   a.ends = DecoderEnds(layout_, device_, memory, batch, bf16_activations);
-  a.encoded = f(BT * C);
+  a.encoded = buf.stream(BT * C);
   a.rms1 = saved(BT * C);
   a.qkv = op_saved(BT * 3 * C);
   a.atty = op_saved(BT * C);
   a.rms2 = saved(BT * C);
   a.h = op_saved(BT * 2 * F);
   a.g = saved(BT * F);
-  a.rstd1 = f(S * BT);
-  a.rstd2 = f(S * BT);
+  a.rstd1 = buf.f32(S * BT);
+  a.rstd2 = buf.f32(S * BT);
   a.att_per_layer = attention_saved_floats(config_, B);
-  a.att = f(op_slots.count * a.att_per_layer);
-  a.residual2 = f(S * BT * C);
-  a.residual3 = f(L * BT * C);
-  a.qkv_raw = f(BT * (C + 2 * KVD));
-  a.work = f(BT * C);
-  a.rmsf = f(BT * C);
-  a.rstdf = f(BT);
-  a.dresidual = f(BT * C);
-  a.dqkv = f(BT * 3 * C);
-  a.datt = f(a.att_per_layer);
-  a.dh = f(BT * 2 * F);
-  a.dg = f(BT * F);
+  a.att = buf.f32(op_slots.count * a.att_per_layer, buf.attention);
+  a.residual2 = buf.stream(S * BT * C);
+  a.residual3 = buf.stream(L * BT * C);
+  a.qkv_raw = buf.half(BT * (C + 2 * KVD));
+  a.work = buf.stream(BT * C);
+  a.rmsf = buf.half(BT * C);  // the head saves autocast's bf16 copy
+  a.rstdf = buf.f32(BT);
+  a.dresidual = buf.stream(BT * C);
+  a.dqkv = buf.half(BT * 3 * C);
+  a.datt = buf.f32(a.att_per_layer, buf.attention);
+  a.dh = buf.half(BT * 2 * F);
+  a.dg = buf.half(BT * F);
 }
 
 LlamaModel::~LlamaModel() = default;

@@ -44,10 +44,20 @@ struct LayerSlots {
 class SavedPerLayer {
  public:
   SavedPerLayer() = default;
-  SavedPerLayer(MemoryTracker& m, const LayerSlots& slots, size_t n, bool bf16)
+  // backward_reads false: a tensor llm.c's layout keeps per layer that backward never reads
+  // (a projection's output, added into the residual); the stack holds it only while its layer
+  // runs, one layer of bf16 (the work's Held), and saves nothing (torch's linear saves its
+  // input and weight, not its output: torch/csrc/autograd/FunctionsManual.cpp, derivatives.yaml).
+  SavedPerLayer(MemoryTracker& m, const LayerSlots& slots, size_t n, bool bf16,
+                bool backward_reads = true)
       : slots_(slots.of), n_(n), bf16_(bf16),
-        f32_(m, MemCategory::kActivations, bf16 ? n : slots.count * n) {
-    if (bf16) half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, slots.count * n);
+        // Under bf16 the fp32 work is this implementation's: the stack writes the op's bf16
+        // output straight into the saved tensor (Held::kNone).
+        f32_(m, MemCategory::kActivations, bf16 ? n : slots.count * n,
+             !bf16 ? Held::kAsStored : backward_reads ? Held::kNone : Held::kBf16) {
+    if (bf16)
+      half_ = TrackedBuffer<uint16_t>(m, MemCategory::kActivations, slots.count * n,
+                                      backward_reads ? Held::kAsStored : Held::kNone);
   }
   float* at(int l) { return bf16_ ? f32_.data() : f32_.data() + slot(l) * n_; }
   void store(Device& d, int l) {
@@ -66,6 +76,22 @@ class SavedPerLayer {
   bool bf16_ = false;
   TrackedBuffer<float> f32_;
   TrackedBuffer<uint16_t> half_;
+};
+
+// The models' fp32 activation buffers, each counted in the stack's ledger as its Held says
+// (tracker.h): f32 as stored (statistics, fused attention's log-sum-exps and row deltas),
+// stream (the residual stream and its gradient), half (autocast's bf16 outputs and their
+// gradients); attention: naive attention's probabilities are the stream's dtype.
+struct ActivationBuffers {
+  ActivationBuffers(MemoryTracker& mem, const GptConfig& c)
+      : m(mem), attention(c.attention == AttentionKind::kNaive ? Held::kStream : Held::kAsStored) {}
+  TrackedBuffer<float> f32(size_t n, Held h = Held::kAsStored) const {
+    return TrackedBuffer<float>(m, MemCategory::kActivations, n, h);
+  }
+  TrackedBuffer<float> stream(size_t n) const { return f32(n, Held::kStream); }
+  TrackedBuffer<float> half(size_t n) const { return f32(n, Held::kBf16); }
+  MemoryTracker& m;
+  Held attention;
 };
 
 // One op whose output op checkpointing keeps (qkv, attention, fc / w1|w3): computed and saved in

@@ -47,6 +47,13 @@ struct ActivationTerms {
   uint64_t op_saved = 0;  // of saved, what op checkpointing keeps per layer (matmul outputs
                           // it saves, attention's output; attention's saved floats too)
   uint64_t once = 0;      // one layer of scratch and gradients, embedding, final norm
+  // Of per_slot and once, what a bf16-mixed stack holds in the residual stream's dtype (the
+  // stream, its gradient) and, of once, what it holds in bf16 (autocast's outputs and their
+  // gradients); the rest (statistics) stays fp32 (tracker.h's Held).
+  uint64_t per_slot_stream = 0, once_stream = 0, once_bf16 = 0;
+  // Of saved (not op_saved), what backward never reads (GPT-2's projection outputs): the stack
+  // holds one layer of it in bf16 while the layer runs.
+  uint64_t transient = 0;
 };
 
 // residual3 for every layer; per_slot, saved and attention over S slots (S = L, or under
@@ -66,6 +73,31 @@ inline uint64_t activation_bytes_of(const GptConfig& c, int batch, bool bf16,
                           (bf16 ? saved : saved_slots) + BT * t.once + att;
   return 4 * floats + (bf16 ? 2 * saved_slots : 0) + loss_bytes(c, uint64_t(batch), bf16) +
          2 * 4 * BT;
+}
+
+// What a bf16-mixed PyTorch / DeepSpeed stack holds for the same activations (tracker.h's Held,
+// as gpt.cc and llama.cc annotate them): the residual stream (residual3 for every layer, the
+// per-slot stream terms, the stream's once terms) at 2 bytes where the model computes with bf16
+// parameters (stream_bf16) and 4 under DDP's autocast; the saved tensors at 2 bytes with no
+// fp32 work, those backward never reads for one layer only; autocast's once terms at 2 bytes; statistics and fused attention's floats at 4,
+// naive attention's probabilities in the stream's dtype; the loss as --cross-entropy says.
+// Under fp32 this is activation_bytes_of.
+inline uint64_t held_activation_bytes_of(const GptConfig& c, int batch, bool bf16,
+                                         bool stream_bf16, const ActivationTerms& t) {
+  if (!bf16) return activation_bytes_of(c, batch, false, t);
+  const uint64_t BT = uint64_t(batch) * c.seq_len, C = c.n_embd, L = c.n_layer;
+  const uint64_t att = attention_floats(c, uint64_t(batch));
+  const uint64_t n_ckpt = uint64_t(checkpointed_blocks(c)), S = L - n_ckpt + (n_ckpt > 0);
+  const uint64_t S_op = is_op_checkpointing(c) ? L : S;
+  const uint64_t saved_slots =
+      BT * (S * (t.saved - t.op_saved - t.transient) + S_op * t.op_saved + t.transient);
+  const uint64_t s = stream_bf16 ? 2 : 4;
+  const uint64_t a = c.attention == AttentionKind::kFused ? 4 : s;
+  return s * (L * BT * C + S * BT * t.per_slot_stream + BT * t.once_stream) +
+         4 * (S * BT * (t.per_slot - t.per_slot_stream) +
+              BT * (t.once - t.once_stream - t.once_bf16)) +
+         2 * (BT * t.once_bf16 + saved_slots) + a * (S_op * att + att) +
+         loss_bytes(c, uint64_t(batch), bf16) + 2 * 4 * BT;
 }
 
 }  // namespace sb

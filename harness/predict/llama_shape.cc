@@ -7,15 +7,21 @@
 
 namespace sb {
 
-uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16) {
+ActivationTerms llama_activation_terms(const GptConfig& c) {
   const uint64_t C = c.n_embd, F = c.ffn_hidden, KVD = uint64_t(c.kv_heads()) * c.head_dim();
   // Per token: per layer residual2 and the norms' rstd; saved, the six tensors bf16-mixed keeps
   // in bf16 (model_shape.h); once embedding output, qkv_raw, work, final norm and its rstd,
   // dresidual, dqkv 3C, dh 2F, dg F.
   // op checkpointing keeps qkv 3C (after RoPE), atty C and w1|w3's 2F per layer.
-  return activation_bytes_of(c, batch, bf16, {.per_slot = C + 2, .saved = 6 * C + 3 * F,
-                                              .op_saved = 4 * C + 2 * F,
-                                              .once = 8 * C + 2 * KVD + 3 * F + 1});
+  // Held: residual2, and the embedding output, work, dresidual in the stream's dtype;
+  // qkv_raw, the final norm (the head's bf16 input copy), dqkv, dh, dg in bf16.
+  return {.per_slot = C + 2, .saved = 6 * C + 3 * F, .op_saved = 4 * C + 2 * F,
+          .once = 8 * C + 2 * KVD + 3 * F + 1, .per_slot_stream = C, .once_stream = 3 * C,
+          .once_bf16 = 5 * C + 2 * KVD + 3 * F};
+}
+
+uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16) {
+  return activation_bytes_of(c, batch, bf16, llama_activation_terms(c));
 }
 
 const char* llama_activation_formula() {

@@ -101,15 +101,31 @@ std::shared_ptr<const ModelShape> bare_shape(uint64_t params, int seq_len) {
   return s;
 }
 
-uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
-  if (c.arch == ArchKind::kLlama) return llama_activation_bytes(c, batch, bf16);
+namespace {
+
+ActivationTerms gpt_activation_terms(const GptConfig& c) {
   const uint64_t C = c.n_embd;
   // Per token: per layer residual2 and ln1/ln2 mean, rstd; saved, 16 of a layer's 18 C (all
   // but the residuals: activation_formula); once encoded, lnf, dresidual, dbtc, dqkv 3,
   // dfch_gelu 4, dfch 4 and lnf mean, rstd.
   // op checkpointing keeps qkv 3C, atty C and fc 4C per layer.
-  return activation_bytes_of(c, batch, bf16, {.per_slot = C + 4, .saved = 16 * C,
-                                              .op_saved = 8 * C, .once = 15 * C + 2});
+  // Held: residual2, and encoded, dresidual, dbtc in the stream's dtype; lnf (the head's bf16
+  // input copy), dqkv, dfch_gelu, dfch in bf16; attproj and fcproj for one layer (transient).
+  return {.per_slot = C + 4, .saved = 16 * C, .op_saved = 8 * C, .once = 15 * C + 2,
+          .per_slot_stream = C, .once_stream = 3 * C, .once_bf16 = 12 * C, .transient = 2 * C};
+}
+
+}  // namespace
+
+uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16) {
+  if (c.arch == ArchKind::kLlama) return llama_activation_bytes(c, batch, bf16);
+  return activation_bytes_of(c, batch, bf16, gpt_activation_terms(c));
+}
+
+uint64_t held_activation_bytes(const GptConfig& c, int batch, bool bf16, bool stream_bf16) {
+  const ActivationTerms t =
+      c.arch == ArchKind::kLlama ? llama_activation_terms(c) : gpt_activation_terms(c);
+  return held_activation_bytes_of(c, batch, bf16, stream_bf16, t);
 }
 
 const char* activation_formula() {

@@ -41,6 +41,10 @@ std::vector<std::string> predict_model_aliases();
 // bf16: bf16-mixed's storage (gpt.cc's Saved): see activation_formula().
 uint64_t activation_bytes(const GptConfig& c, int batch, bool bf16 = false);
 const char* activation_formula();
+// What a bf16-mixed PyTorch / DeepSpeed stack holds for the same activations (activation_terms.h's
+// held_activation_bytes_of): stream_bf16 where the model computes with bf16 parameters (every
+// strategy but DDP's autocast). Equal to activation_bytes under fp32.
+uint64_t held_activation_bytes(const GptConfig& c, int batch, bool bf16, bool stream_bf16);
 // The loss's bytes by --cross-entropy and precision (activation_terms.h's loss_bytes).
 const char* cross_entropy_formula();
 // Bytes of the CUDA device's two bf16 operand slots once a bf16-matmul step has run: each slot
@@ -56,6 +60,8 @@ const char* bf16_operand_formula();
 //              work, final norm, dresidual, dqkv 3C, dh 2F, dg F) + BT + 2·BTV + A
 // bf16-mixed: the per-layer B·T·(6C + 3F) at 2 bytes plus one layer of them in fp32.
 // Activation checkpointing: every per-layer term but residual3 (B·T·C) over S = L − n_ckpt + 1.
+struct ActivationTerms;
+ActivationTerms llama_activation_terms(const GptConfig& c);
 uint64_t llama_activation_bytes(const GptConfig& c, int batch, bool bf16);
 const char* llama_activation_formula();
 uint64_t llama_bf16_operand_bytes(const GptConfig& c, int batch);

@@ -105,16 +105,23 @@ RunConfig dry_run_config(const PredictConfig& cfg) {
   return rc;
 }
 
-// Model state, memory at the peak and the verdict of the dry run.
+// Model state, memory at the peak and the verdict of the dry run. On a GPU cluster the peak
+// is the stack's (the dry run's held ledger, tracker.h's Held); model state is the same in both.
 void fill_memory(Prediction& p, const StrategyRun& run, const ModelShape& shape,
-                 const PredictConfig& cfg) {
+                 const PredictConfig& cfg, const Cluster& cluster) {
+  const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
+  const bool stack = cfg.stack_memory && cluster.host_cores == 0 && !shape.bare;
   p.padded_params = run.padded_params;
   p.state_params = run.model_state_params;
   p.state_grads = run.model_state_grads;
   p.state_optimizer = run.model_state_optimizer;
-  p.activations = shape.bare ? 0
-                             : activation_bytes(shape.config, cfg.batch_per_rank,
-                                                cfg.options.precision == Precision::kBf16Mixed);
+  p.implementation_peak = run.peak_bytes;
+  p.memory_of = stack ? "stack" : "implementation";
+  p.activations =
+      shape.bare ? 0
+      : stack    ? held_activation_bytes(shape.config, cfg.batch_per_rank, bf16,
+                                         held_policy(p.description, cfg.options).stream_bf16)
+                 : activation_bytes(shape.config, cfg.batch_per_rank, bf16);
   p.model_state_only = shape.bare;
   if (shape.bare) {  // no architecture: the model state is all that is known
     p.peak = p.state_params + p.state_grads + p.state_optimizer;
@@ -123,8 +130,8 @@ void fill_memory(Prediction& p, const StrategyRun& run, const ModelShape& shape,
     p.at_peak[int(MemCategory::kGrads)] = p.state_grads;
     p.at_peak[int(MemCategory::kOptimizer)] = p.state_optimizer;
   } else {
-    p.peak = run.peak_bytes;
-    p.at_peak = run.breakdown_at_peak;
+    p.peak = stack ? run.held_peak_bytes : run.peak_bytes;
+    p.at_peak = stack ? run.held_breakdown_at_peak : run.breakdown_at_peak;
   }
 }
 
@@ -213,6 +220,7 @@ PredictConfig predict_config_for(const RunConfig& run, const Topology& topo) {
   cfg.batch_per_rank = run.batch_per_rank;
   cfg.options = run.options;
   cfg.mem_limit_gb = run.mem_limit_gb;
+  cfg.stack_memory = false;  // the run measures this implementation's memory
   return cfg;
 }
 
@@ -267,7 +275,7 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   if (train(*entry, rc, ctx, run) == Verdict::kError)
     throw std::invalid_argument("predict " + strategy + ": " + run.error);
 
-  fill_memory(p, run, shape, cfg);
+  fill_memory(p, run, shape, cfg, cluster);
   p.limit_bytes =
       cfg.mem_limit_gb > 0 ? cfg.mem_limit_gb * double(1ull << 30) : cluster.memory_per_rank(N);
   p.traffic = step_account.finish();

@@ -27,6 +27,9 @@ struct PredictConfig {
   int batch_per_rank = 1;
   StrategyOptions options;
   double mem_limit_gb = 0;  // per rank; 0 = the cluster's memory per rank
+  // On a GPU cluster, memory as a bf16-mixed PyTorch / DeepSpeed step holds it (tracker.h's
+  // Held); false (a run's own prediction): as this implementation holds it, which a run measures.
+  bool stack_memory = true;
 };
 
 struct Prediction {
@@ -37,6 +40,11 @@ struct Prediction {
   uint64_t state_params = 0, state_grads = 0, state_optimizer = 0;
   uint64_t activations = 0, peak = 0;
   MemBreakdown at_peak{};
+  // Whose memory peak, at_peak and activations are: "stack" (what PyTorch / DeepSpeed hold
+  // under bf16-mixed on a GPU cluster) or "implementation" (this suite's model, as a run
+  // measures it); implementation_peak is the latter's peak either way.
+  const char* memory_of = "implementation";
+  uint64_t implementation_peak = 0;
   bool model_state_only = false;  // a bare --params count: no activations or transients
   // Device memory outside the tracker's tensors (GPU clusters; all 0 on CPU): the CUDA context,
   // NCCL's buffers (NCCL_BUFFSIZE x channels x 2 ring peers per communicator the step uses),

@@ -59,7 +59,9 @@ class SimDevice final : public Device {
     operands_.reset();
     bf16_ = p == MatmulPrecision::kBf16;
     if (bf16_ && cluster_.bf16_matmul && operand_bytes_ > 0)
-      operands_ = TrackedBuffer<uint8_t>(*workspace, MemCategory::kWorkspace, operand_bytes_);
+      // The stack's cuBLAS calls read bf16 tensors: no operand copies (Held::kNone).
+      operands_ = TrackedBuffer<uint8_t>(*workspace, MemCategory::kWorkspace, operand_bytes_,
+                                         Held::kNone);
     return !bf16_ || cluster_.bf16_matmul;
   }
 

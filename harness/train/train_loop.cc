@@ -150,6 +150,8 @@ void record_memory_and_params(Strategy& strategy, TrainContext& ctx, MemoryTrack
   run.peak_bytes = memory.peak_total();
   run.device_after = ctx.device.memory_info();
   run.breakdown_at_peak = memory.breakdown_at_peak();
+  run.held_peak_bytes = memory.held_peak_total();
+  run.held_breakdown_at_peak = memory.held_breakdown_at_peak();
   if (!ctx.gather_params) return;
   std::vector<float> params = strategy.gather_full_params();
   ctx.comm.synchronize();
@@ -158,6 +160,20 @@ void record_memory_and_params(Strategy& strategy, TrainContext& ctx, MemoryTrack
 }
 
 }  // namespace
+
+// What a bf16-mixed stack holds (tracker.h's Held): the residual stream is bf16 wherever the
+// model computes with bf16 parameters — FSDP's MixedPrecision(param_dtype=bf16)
+// (torch/distributed/fsdp/_flat_param.py FlatParamHandle._use_low_precision_shard), FSDP2's
+// MixedPrecisionPolicy (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+// FSDPParam.init_dtype_attrs, init_all_gather_outputs), DeepSpeed's bf16 engine
+// (deepspeed/runtime/engine.py DeepSpeedEngine._configure_distributed_model casts the module's
+// parameters, _cast_module_mixed_precision) — and fp32 under DDP's autocast.
+HeldPolicy held_policy(const StrategyDescription& d, const StrategyOptions& o) {
+  HeldPolicy p;
+  p.bf16 = o.precision == Precision::kBf16Mixed;
+  p.stream_bf16 = p.bf16 && (d.family != "ddp" || o.ddp.bf16_params);
+  return p;
+}
 
 MatmulPrecision matmul_precision_for(Precision p) {
   return p == Precision::kBf16Mixed ? MatmulPrecision::kBf16 : MatmulPrecision::kFp32;
@@ -177,6 +193,7 @@ Verdict train(const StrategyEntry& entry, const RunConfig& cfg, TrainContext& ct
   MemoryTracker memory(device.allocator());
   if (cfg.mem_limit_gb > 0) memory.set_limit(uint64_t(cfg.mem_limit_gb * (1ull << 30)));
   memory.defer_limit_failures(true);  // see throw_if_any_rank_over_limit
+  memory.set_held_policy(held_policy(entry.description, cfg.options));
   const MatmulPrecisionScope matmul(device, cfg.options.precision, memory);
   const ModelLayout own_layout = ctx.layout ? ModelLayout{} : make_layout(cfg.model);
   const ModelLayout& layout = ctx.layout ? *ctx.layout : own_layout;

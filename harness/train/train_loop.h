@@ -56,6 +56,10 @@ struct StrategyRun {
   std::vector<double> loss;          // per step (warm-up included), mean over ranks
   uint64_t peak_bytes = 0;           // max over ranks
   MemBreakdown breakdown_at_peak{};  // of the rank with the highest peak
+  // The same for what a bf16-mixed PyTorch / DeepSpeed step holds (tracker.h's Held; equal
+  // to the above under fp32); this rank's, for the predictor's simulated rank.
+  uint64_t held_peak_bytes = 0;
+  MemBreakdown held_breakdown_at_peak{};
   uint64_t model_state_params = 0, model_state_grads = 0, model_state_optimizer = 0;  // max
   uint64_t rss_hwm_bytes = 0;        // max over ranks (process-wide, so cumulative)
   // GPU only (Device::MemoryInfo), max over ranks: the caching allocator's peak over the
@@ -130,6 +134,9 @@ struct TrainContext {
 };
 
 enum class Verdict { kOk, kOom, kError };
+
+// What a bf16-mixed stack holds for this strategy's buffers (tracker.h's HeldPolicy).
+HeldPolicy held_policy(const StrategyDescription& d, const StrategyOptions& o);
 
 // Setup, warm-up and measured steps of one strategy: this rank's figures in `run` (losses and
 // step times already reduced over ranks). Never throws for a failing strategy: the verdict and

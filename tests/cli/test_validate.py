@@ -3,7 +3,10 @@
 # the held-out set meets its bounds (each |error| <= 30 %, median <= 15 %); the calibration set
 # meets its median bound (10 %) and every point its 20 % bound except the deviations listed
 # below with their reason, each still within 30 % and still outside 20 % (a fixed one must be
-# taken off the list); --check's exit code agrees with the table; a bad file is one line, exit 2.
+# taken off the list); every published run that trained is predicted to fit; every same-hardware
+# ratio (ratios/) cites its source and its predicted ratio lies in its stated bound, and one
+# outside its bound fails --check; --check's exit code agrees with the table; a bad file is one
+# line, exit 2.
 # Usage: test_validate.py BUILD_DIR
 import json
 import os
@@ -82,6 +85,59 @@ class ValidateTest(unittest.TestCase):
         ok = all(s["within_bounds"] for s in self.doc["sets"].values())
         self.assertEqual(self.proc.returncode, 0 if ok else 1, self.proc.stdout[-2000:])
         self.assertIn("calibration", self.proc.stdout)
+
+    def test_every_ratio_cites_its_source_and_lies_in_its_bound(self):
+        ratios_dir = os.path.join(PUBLISHED, "ratios")
+        files = sorted(f for f in os.listdir(ratios_dir) if f.endswith(".json"))
+        rows = {r["id"]: r for r in self.doc["ratios"]}
+        self.assertEqual(len(files), len(rows))
+        self.assertGreaterEqual(len(rows), 3)
+        for name in files:
+            with open(os.path.join(ratios_dir, name)) as f:
+                d = json.load(f)
+            self.assertEqual(d["set"], "ratio", name)
+            for k in ("title", "table", "year"):
+                self.assertTrue(d["source"].get(k), f"{name}: source.{k}")
+            for k in ("model", "gpus", "cluster", "batch_per_gpu", "seq", "activation_checkpointing",
+                      "precision", "interconnect"):
+                self.assertIn(k, d["config"], name)
+            lo, hi = d["published"]["bound"]
+            self.assertLessEqual(lo, d["published"]["ratio"], name)
+            self.assertLessEqual(d["published"]["ratio"], hi, name)
+            r = rows[d["id"]]
+            self.assertEqual(r["bound"], [lo, hi], name)
+            self.assertTrue(lo <= r["predicted_ratio"] <= hi,
+                            f"{name}: predicted {r['predicted_ratio']:.3f} outside [{lo}, {hi}]")
+            self.assertTrue(r["within_bound"], name)
+            self.assertTrue(r["fits"], name + ": both sides of a published ratio trained")
+        self.assertIn("ratios", self.proc.stdout)
+
+    def test_every_published_run_that_trained_fits(self):
+        for r in self.runs.values():
+            self.assertTrue(r["fits"], r["id"] + f": predicted {r['predicted_peak_gib']:.1f} GiB")
+
+    def test_a_ratio_outside_its_bound_fails_check(self):
+        d = tempfile.mkdtemp(prefix="sbvalratio")
+        for name in ("ibm-fsdp-llama2-7b-a100.json", "llm-foundry-mpt-7b-a100-8.json"):
+            with open(os.path.join(PUBLISHED, name)) as f:
+                run = json.load(f)
+            run["config"]["cluster"] = os.path.normpath(
+                os.path.join(PUBLISHED, run["config"]["cluster"]))
+            with open(os.path.join(d, name), "w") as f:
+                json.dump(run, f)
+        os.makedirs(os.path.join(d, "ratios"))
+        with open(os.path.join(PUBLISHED, "ratios", "fsdp-vs-zero3-granite7b-a100-4.json")) as f:
+            ratio = json.load(f)
+        with open(os.path.join(d, "ratios", "r.json"), "w") as f:
+            json.dump(ratio, f)
+        p = validate("--dir", d, "--check")
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
+        ratio["published"].update({"ratio": 3.0, "bound": [2.9, 3.1]})  # no prediction says 3x
+        with open(os.path.join(d, "ratios", "r.json"), "w") as f:
+            json.dump(ratio, f)
+        p = validate("--dir", d, "--check")
+        self.assertEqual(p.returncode, 1, p.stdout[-2000:] + p.stderr)
+        self.assertIn("outside bound", p.stdout)
 
     def test_a_bad_file_is_one_line_and_exit_2(self):
         d = tempfile.mkdtemp(prefix="sbvalbad")

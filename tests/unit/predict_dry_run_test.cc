@@ -45,7 +45,11 @@ TEST(SimDevice, Gpt3_175bAtWorld1024HoldsNoHostMemory) {
   const uint64_t before = MemoryTracker::rss_hwm_bytes();
   for (const std::string& s : strategy_names()) {
     const Prediction p = predict(cfg, s, load_cluster("dgx-h100"));
-    EXPECT_GT(p.peak, uint64_t(100) << 30) << s << ": activations alone are ~310 GiB";
+    // The dry run counts this implementation's activations (fp32 work included) past 100 GiB; the
+    // stack's ledger, what the prediction reports, holds them in bf16 without the work.
+    EXPECT_GT(p.implementation_peak, uint64_t(100) << 30) << s;
+    EXPECT_GT(p.peak, uint64_t(50) << 30) << s;
+    EXPECT_LT(p.peak, p.implementation_peak) << s;
     EXPECT_GT(p.traffic.collectives, 0u) << s;
   }
   const uint64_t after = MemoryTracker::rss_hwm_bytes();

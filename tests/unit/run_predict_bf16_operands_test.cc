@@ -1,7 +1,8 @@
 // The CUDA device's bf16 operand slots as the predictor models them: bf16_operand_bytes equals
 // the largest op(A) and op(B) over every matmul of a step, enumerated here from gpt.cc's calls
 // and cuda_device.cu's batching (attention batched over heads per sequence); the prediction
-// adds exactly that to a bf16-mixed peak on a GPU cluster and nothing in fp32 or on the CPU.
+// adds exactly that to a bf16-mixed peak on a GPU cluster and nothing in fp32 or on the CPU
+// (this implementation's memory; the stack's ledger, tracker.h's Held, holds no slots).
 // (On a GPU, tests/unit/cuda_numerics_test.cc checks the device's slots against this form.)
 #include <gtest/gtest.h>
 
@@ -84,8 +85,14 @@ TEST(Bf16OperandSlots, PredictionAddsThemOnlyForBf16MatmulsOnAGpu) {
   Cluster gpu = load_cluster("h200");
   Cluster no_bf16 = gpu;
   no_bf16.bf16_matmul = false;
+  // The slots are this implementation's (a CUDA run's own prediction); the stack's cuBLAS
+  // calls read bf16 tensors, so a GPU prediction of the stack's memory holds none of them.
+  cfg.stack_memory = false;
   for (const char* s : {"ddp", "zero3", "fsdp_full_shard"}) {
     cfg.options.precision = Precision::kBf16Mixed;
+    PredictConfig stack = cfg;
+    stack.stack_memory = true;
+    EXPECT_EQ(predict(stack, s, gpu).peak, predict(stack, s, no_bf16).peak) << s;
     const Prediction with = predict(cfg, s, gpu), without = predict(cfg, s, no_bf16);
     EXPECT_EQ(with.peak, without.peak + slots) << s;
     EXPECT_EQ(with.at_peak[int(MemCategory::kWorkspace)],
