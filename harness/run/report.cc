@@ -124,6 +124,7 @@ json config_json(const RunConfig& cfg, const Topology& topo, const json& knobs) 
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},
+      {"weight_decay", o.adamw.weight_decay},
       {"device", cfg.device},
       // ddp's settings (--ddp-config; PyTorch 1.13.1's defaults otherwise): a different value
       // is a different experiment. `ignored`: accepted DDP arguments the suite does not model.
