@@ -1,80 +1,39 @@
 // Config files bound to their strategies (see header).
 #include "bench/cli/config_binding.h"
 
-#include <functional>
+#include <algorithm>
 
 #include <fmt/format.h>
 
+#include "bench/cli/fsdp_config.h"
 #include "bench/cli/run_options.h"
 #include "harness/launch/report.h"
 
 namespace sb {
 namespace {
 
-// A setting a file implies that other families also read: it must stay per row.
-struct SharedKnob {
-  const char* flag;
-  const char* key;  // JSON key of the row's settings
-  std::function<std::string(const StrategyOptions&)> text;
-};
+// The rows a config file sets (a strategy option with a config-file key): a typed flag that
+// the file contradicts is an error.
+bool file_sets(const OptionRow& r) { return r.option && *r.file_key; }
 
-const std::vector<SharedKnob>& shared_knobs() {
-  static const std::vector<SharedKnob> k = {
-      {"--precision", "precision", [](const StrategyOptions& o) { return std::string(precision_name(o.precision)); }},
-      {"--overlap", "overlap", [](const StrategyOptions& o) { return std::string(o.overlap ? "on" : "off"); }},
-      {"--bucket-mb", "bucket_mb", [](const StrategyOptions& o) { return fmt::format("{:g}", o.bucket_mb); }},
-      {"--grad-accum", "grad_accum", [](const StrategyOptions& o) { return std::to_string(o.grad_accum); }},
-  };
-  return k;
+// Whether a config-file key ("ds: a; fsdp: b") names the family's file.
+bool names_family(const char* file_key, ConfigFamily f) {
+  const std::string key = file_key;
+  const std::string prefix = f == ConfigFamily::kDeepSpeed ? "ds:"
+                             : f == ConfigFamily::kFsdp    ? "fsdp:"
+                             : f == ConfigFamily::kDdp     ? "ddp:"
+                                                           : "";
+  return !prefix.empty() &&
+         (key.rfind(prefix, 0) == 0 || key.find("; " + prefix) != std::string::npos);
 }
 
-// Knobs only one family reads: a file sets them for its rows, a conflicting flag is an error.
-const std::vector<SharedKnob>& family_knobs(ConfigFamily f) {
-  static const std::vector<SharedKnob> ds = {
-      {"--prefetch-elements", "prefetch_elements", [](const StrategyOptions& o) { return std::to_string(o.prefetch_elements); }},
-      {"--persist-elements", "persist_elements", [](const StrategyOptions& o) { return std::to_string(o.persist_elements); }},
-      {"--max-live-elements", "max_live_elements", [](const StrategyOptions& o) { return std::to_string(o.max_live_elements); }},
-      {"--model-persist-elements", "model_persist_elements", [](const StrategyOptions& o) { return std::to_string(o.model_persist_elements); }},
-      {"--zero-hpz-partition-size", "zero_hpz_partition_size", [](const StrategyOptions& o) { return std::to_string(o.zero_hpz_partition_size); }},
-      {"--zero-quantized-weights", "zero_quantized_weights", [](const StrategyOptions& o) { return std::string(o.zero_quantized_weights ? "on" : "off"); }},
-      {"--zero-quantized-gradients", "zero_quantized_gradients", [](const StrategyOptions& o) { return std::string(o.zero_quantized_gradients ? "on" : "off"); }},
-      {"--zero-contiguous-gradients", "zero_contiguous_gradients", [](const StrategyOptions& o) { return std::string(o.zero_contiguous_gradients ? "on" : "off"); }},
-      {"--zero-communication-data-type", "zero_communication_data_type", [](const StrategyOptions& o) { return std::string(o.zero_comm_fp16 ? "fp16" : "auto"); }},
-  };
-  static const std::vector<SharedKnob> fsdp = {
-      {"--backward-prefetch", "backward_prefetch", [](const StrategyOptions& o) { return std::string(prefetch_name(o.backward_prefetch)); }},
-      {"--forward-prefetch", "forward_prefetch", [](const StrategyOptions& o) { return std::string(o.forward_prefetch ? "true" : "false"); }},
-      {"--limit-all-gathers", "limit_all_gathers", [](const StrategyOptions& o) { return std::string(o.limit_all_gathers ? "on" : "off"); }},
-      {"--fsdp-use-orig-params", "fsdp_use_orig_params", [](const StrategyOptions& o) { return std::string(o.fsdp_use_orig_params ? "on" : "off"); }},
-      {"--fsdp2-reduce-dtype", "fsdp2_reduce_dtype", [](const StrategyOptions& o) { return std::string(o.fsdp2_reduce_fp32 ? "fp32" : "auto"); }},
-  };
-  static const std::vector<SharedKnob> none;
-  return f == ConfigFamily::kDeepSpeed ? ds : f == ConfigFamily::kFsdp ? fsdp : none;
-}
-
-// The family-only knobs of a file's options copied over `o`.
+// The family-only knobs of a file's options copied over `o` (the per-row knobs stay `o`'s).
 void overlay_family(ConfigFamily f, const StrategyOptions& file, StrategyOptions& o) {
-  if (f == ConfigFamily::kDeepSpeed) {
-    o.zero_grad_reduce = file.zero_grad_reduce;
-    o.prefetch_elements = file.prefetch_elements;
-    o.persist_elements = file.persist_elements;
-    o.reuse_distance = file.reuse_distance;
-    o.max_live_elements = file.max_live_elements;
-    o.model_persist_elements = file.model_persist_elements;
-    o.zero3_coalesced_fetch = file.zero3_coalesced_fetch;
-    o.zero_hpz_partition_size = file.zero_hpz_partition_size;
-    o.zero_quantized_weights = file.zero_quantized_weights;
-    o.zero_quantized_gradients = file.zero_quantized_gradients;
-    o.zero_contiguous_gradients = file.zero_contiguous_gradients;
-    o.zero_comm_fp16 = file.zero_comm_fp16;
-  } else if (f == ConfigFamily::kFsdp) {
-    o.backward_prefetch = file.backward_prefetch;
-    o.forward_prefetch = file.forward_prefetch;
-    o.limit_all_gathers = file.limit_all_gathers;
-    o.fsdp_use_orig_params = file.fsdp_use_orig_params;
-    o.fsdp2_reduce_fp32 = file.fsdp2_reduce_fp32;
-    o.fsdp_config = file.fsdp_config;
-  }
+  for (const OptionRow& r : option_rows())
+    if (r.option && !r.per_row && names_family(r.file_key, f)) r.option.take(file, o);
+  for (const DerivedKey& k : derived_keys())
+    if (names_family(k.file_key, f)) k.option.take(file, o);
+  if (f == ConfigFamily::kFsdp) o.fsdp_config = file.fsdp_config;  // the file and its strategy
 }
 
 const char* family_flag(ConfigFamily f) {
@@ -115,33 +74,76 @@ StrategyOptions BoundOptions::common(const std::vector<std::string>& names,
       break;
     }
   const StrategyOptions& first = for_strategy(names.front());
-  for (const SharedKnob& k : shared_knobs()) {
+  for (const OptionRow& r : option_rows()) {
+    if (!r.per_row) continue;
     bool same = true;
-    for (const std::string& s : names) same = same && k.text(for_strategy(s)) == k.text(first);
-    if (!same) {
-      differ.push_back(k.key);
-      continue;
-    }
+    const std::string text = flag_text(r, r.option.record(first));
+    for (const std::string& s : names)
+      same = same && flag_text(r, r.option.record(for_strategy(s))) == text;
     // every row agrees: the document's value is theirs (a file-only run shows the file's)
-    if (std::string(k.key) == "precision") o.precision = first.precision;
-    if (std::string(k.key) == "overlap") o.overlap = first.overlap;
-    if (std::string(k.key) == "bucket_mb") o.bucket_mb = first.bucket_mb;
-    if (std::string(k.key) == "grad_accum") o.grad_accum = first.grad_accum;
+    if (same) r.option.take(first, o);
+    else differ.push_back(r.json_key);
   }
   return o;
+}
+
+void BoundOptions::document_config(const std::vector<std::string>& names, StrategyOptions& options,
+                                   int& batch, std::vector<std::string>& differ) const {
+  options = common(names, differ);
+  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
+  if (!names.empty() && !batch_differs) batch = batch_for(names.front());
+}
+
+DsConfig bind_ds_config(const Knobs& a, const RunConfig& from_flags, BoundOptions& b) {
+  if (a.zero_schedule != "shipped")
+    throw UsageError(fmt::format("--zero-schedule {}: allowed shipped with --ds-config (the file "
+                                 "configures DeepSpeed as shipped)", a.zero_schedule));
+  const DsConfig d = read_ds_config(a.ds_config, from_flags);
+  check_flag_conflicts(a.given, from_flags.options, d.applied.options, ConfigFamily::kDeepSpeed,
+                       a.ds_config);
+  check_batch_conflict(a.given, from_flags.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
+  check_qgz_contract(d.applied.options);
+  b.ds = d.applied.options;
+  b.ds_path = a.ds_config;
+  b.ds_batch = d.applied.batch_per_rank;
+  b.ds_stage = d.stage;
+  return d;
+}
+
+void bind_fsdp_config(const Knobs& a, const StrategyOptions& flags, BoundOptions& b) {
+  StrategyOptions f = flags;  // FSDP's defaults where the file is silent
+  f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
+  read_fsdp_config(a.fsdp_config, f);
+  const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
+  f.fsdp2_reduce_fp32 = flags.fsdp2_reduce_fp32;
+  bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
+  check_flag_conflicts(a.given, flags, f, ConfigFamily::kFsdp, a.fsdp_config);
+  b.fsdp = f;
+  b.fsdp_path = a.fsdp_config;
+}
+
+std::vector<std::string> bound_strategies(const Knobs& a, const BoundOptions& b) {
+  const bool all = a.strategies == "all";
+  std::vector<std::string> names = parse_strategy_list(a.strategies);
+  if (b.ds) names = ds_config_strategies(b.ds_stage, names, all);
+  if (b.fsdp)
+    names = fsdp_config_strategies(b.fsdp->fsdp_config.strategy,
+                                   all && !b.ds ? std::vector<std::string>{} : names, all);
+  return names;
 }
 
 void check_flag_conflicts(const std::set<std::string>& given, const StrategyOptions& flags,
                           const StrategyOptions& file, ConfigFamily family,
                           const std::string& path) {
-  auto check = [&](const SharedKnob& k) {
-    if (given.count(k.flag) && k.text(flags) != k.text(file))
+  for (const OptionRow& r : option_rows()) {
+    if (!file_sets(r) || !given.count(r.flag)) continue;
+    const std::string typed = flag_text(r, r.option.record(flags));
+    const std::string set = flag_text(r, r.option.record(file));
+    if (typed != set)
       throw UsageError(fmt::format(
           "{} {} conflicts with {} {} (which sets {}); allowed: drop the flag or change the file",
-          k.flag, k.text(flags), family_flag(family), path, k.text(file)));
-  };
-  for (const SharedKnob& k : shared_knobs()) check(k);
-  for (const SharedKnob& k : family_knobs(family)) check(k);
+          r.flag, typed, family_flag(family), path, set));
+  }
 }
 
 void check_batch_conflict(const std::set<std::string>& given, int flags_batch, int file_batch,
@@ -156,9 +158,9 @@ nlohmann::json row_settings(const std::string& strategy, const BoundOptions& b) 
   const int batch = b.batch_for(strategy);
   const StrategyOptions& o = b.for_strategy(strategy);
   const ConfigFamily f = config_family(strategy);
-  nlohmann::json j = {{"precision", precision_name(o.precision)}, {"overlap", o.overlap},
-                      {"bucket_mb", o.bucket_mb}, {"grad_accum", o.grad_accum},
-                      {"batch_per_rank", batch}};
+  nlohmann::json j = {{"batch_per_rank", batch}};
+  for (const OptionRow& r : option_rows())
+    if (r.per_row) j[r.json_key] = r.option.record(o);
   j["configured_by"] = &o == &b.flags ? "flags"
                        : f == ConfigFamily::kDeepSpeed ? "--ds-config " + b.ds_path
                                                        : "--fsdp-config " + b.fsdp_path;

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cli/ds_config.h"
+#include "bench/cli/options_table.h"
 #include "strategies/strategy.h"
 
 namespace sb {
@@ -25,6 +27,7 @@ struct BoundOptions {
   std::optional<StrategyOptions> fsdp;    // --fsdp-config's rows
   std::string ds_path, fsdp_path;
   int flags_batch = 1, ds_batch = 0;      // sequences per rank; ds_batch 0: the flags'
+  int ds_stage = 0;                       // zero_optimization.stage of --ds-config
 
   int batch_for(const std::string& strategy) const;
   const StrategyOptions& for_strategy(const std::string& strategy) const;
@@ -32,10 +35,24 @@ struct BoundOptions {
   // flags' with each file's family-only knobs; `differ` gets the row settings that differ.
   StrategyOptions common(const std::vector<std::string>& names,
                          std::vector<std::string>& differ) const;
+  // The document's config over the rows `names`: `options` becomes common()'s and `batch` the
+  // rows' batch when they agree; `differ` as for common().
+  void document_config(const std::vector<std::string>& names, StrategyOptions& options, int& batch,
+                       std::vector<std::string>& differ) const;
 };
+
+// --ds-config and --fsdp-config, bound the same way by `run` and `predict`: each reads its file
+// over the flags' options (`flags`, the batch `from_flags.batch_per_rank`), checks the typed
+// flags against it and sets its rows in `b`. Throw UsageError.
+DsConfig bind_ds_config(const Knobs& a, const RunConfig& from_flags, BoundOptions& b);
+void bind_fsdp_config(const Knobs& a, const StrategyOptions& flags, BoundOptions& b);
+// The strategies to run: --strategies, where each bound file's stage or sharding_strategy
+// picks its own (ds_config_strategies, fsdp_config_strategies). Throws UsageError.
+std::vector<std::string> bound_strategies(const Knobs& a, const BoundOptions& b);
 
 // Throws UsageError when a flag in `given` (the flags typed on the command line) has a value
 // the file's rows do not: "--precision bf16-mixed conflicts with --ds-config f.json (fp32)".
+// The flags checked are the options table's rows a config file sets (a config-file key).
 void check_flag_conflicts(const std::set<std::string>& given, const StrategyOptions& flags,
                           const StrategyOptions& file, ConfigFamily family,
                           const std::string& path);

@@ -80,6 +80,24 @@ const char* help_group_name(HelpGroup g) {
   return names[int(g)];
 }
 
+nlohmann::json knob_config_json(const StrategyOptions& o) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const OptionRow& r : option_rows())
+    if (r.option) j[r.json_key] = r.option.record(o);
+  for (const DerivedKey& k : derived_keys()) j[k.json_key] = k.option.record(o);
+  return j;
+}
+
+std::string flag_text(const OptionRow& r, const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) {
+    const bool on_off = std::strcmp(r.allowed, "on|off") == 0;
+    return v.get<bool>() ? (on_off ? "on" : "true") : (on_off ? "off" : "false");
+  }
+  if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
+  return v.dump();
+}
+
 void add_knob_options(CLI::App* app, Knobs& k, Command cmd) {
   for (const OptionRow& r : option_rows()) {
     if ((unsigned(r.commands) & unsigned(cmd)) == 0) continue;

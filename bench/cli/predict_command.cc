@@ -12,7 +12,6 @@
 
 #include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
-#include "bench/cli/fsdp_config.h"
 #include "bench/cli/output_path.h"
 #include "bench/cli/run_options.h"
 #include "harness/model/checkpointing.h"
@@ -88,40 +87,17 @@ PredictConfig to_config(const PredictArgs& a, const Cluster& cl) {
 // sharding_strategy picks its strategy).
 std::vector<std::string> bind_configs(const PredictArgs& a, const PredictConfig& cfg,
                                       BoundOptions& b) {
-  std::vector<std::string> names = parse_strategy_list(a.strategies);
+  check_qgz_contract(cfg.options);
   b.flags = cfg.options;
   b.flags_batch = cfg.batch_per_rank;
   if (!a.ds_config.empty()) {
-    require(a.zero_schedule == "shipped", "--zero-schedule " + a.zero_schedule,
-            "shipped with --ds-config (the file configures DeepSpeed as shipped)");
     RunConfig run;
     run.options = cfg.options;
     run.batch_per_rank = cfg.batch_per_rank;
-    const DsConfig d = read_ds_config(a.ds_config, run);
-    check_batch_conflict(a.given, cfg.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
-    b.ds_batch = d.applied.batch_per_rank;
-    check_flag_conflicts(a.given, cfg.options, d.applied.options, ConfigFamily::kDeepSpeed,
-                         a.ds_config);
-    b.ds = d.applied.options;
-    b.ds_path = a.ds_config;
-    names = ds_config_strategies(d.stage, names, a.strategies == "all");
+    bind_ds_config(a, run, b);
   }
-  if (!a.fsdp_config.empty()) {
-    StrategyOptions f = cfg.options;
-    f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
-    read_fsdp_config(a.fsdp_config, f);
-    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
-    f.fsdp2_reduce_fp32 = cfg.options.fsdp2_reduce_fp32;
-    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
-    check_flag_conflicts(a.given, cfg.options, f, ConfigFamily::kFsdp, a.fsdp_config);
-    b.fsdp = f;
-    b.fsdp_path = a.fsdp_config;
-    const bool all = a.strategies == "all";
-    names = fsdp_config_strategies(f.fsdp_config.strategy,
-                                   all && a.ds_config.empty() ? std::vector<std::string>{} : names,
-                                   all);
-  }
-  return names;
+  if (!a.fsdp_config.empty()) bind_fsdp_config(a, cfg.options, b);
+  return bound_strategies(a, b);
 }
 
 PredictConfig row_config(const PredictConfig& cfg, const BoundOptions& b, const std::string& s) {
@@ -263,7 +239,8 @@ int run_fit(const PredictConfig& cfg, const Cluster& cl, const std::vector<std::
     r["settings"] = row_settings(s, b);
     results.push_back(r);
   }
-  if (!a.json.empty()) write_document(a.json, prediction_document(cfg, cl, results));
+  if (!a.json.empty())
+    write_document(a.json, prediction_document(cfg, cl, results, knob_config_json(cfg.options)));
   return 0;
 }
 
@@ -339,12 +316,8 @@ static int predict_all(const PredictArgs& a) {
   PredictConfig cfg = to_config(a, cl);
   BoundOptions bound;
   const std::vector<std::string> names = bind_configs(a, cfg, bound);
-  check_qgz_contract(bound.flags);
-  if (bound.ds) check_qgz_contract(*bound.ds);
   std::vector<std::string> differ;  // the document's config: what every row shares
-  cfg.options = bound.common(names, differ);
-  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
-  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
+  bound.document_config(names, cfg.options, cfg.batch_per_rank, differ);
   const std::string unequal = unequal_rows_warning(names, bound);
   if (!unequal.empty()) fmt::print(stderr, "{}\n", unequal);
   if (!a.json.empty()) prepare_output_path("--json", a.json);  // before any work
@@ -359,7 +332,7 @@ static int predict_all(const PredictArgs& a) {
   }
   print_table(cfg, cl, ps, bound, differ);
   if (!a.json.empty()) {
-    nlohmann::json doc = prediction_document(cfg, cl, results);
+    nlohmann::json doc = prediction_document(cfg, cl, results, knob_config_json(cfg.options));
     if (!differ.empty()) doc["config"]["rows_differ"] = differ;
     write_document(a.json, doc);
     fmt::print("prediction: {}\n", a.json);

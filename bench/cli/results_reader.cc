@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cli/options_table.h"
+#include "bench/cli/run_options.h"
 
 namespace sb {
 
@@ -16,18 +17,18 @@ using nlohmann::json;
 
 namespace {
 
-// The experiment's knobs as config.* keys, in the order a series name lists them, with the
-// value `shardbench run` uses when the flag is not given: the options table's default
-// (bench/cli/options_table.h), or, for keys no flag writes directly, the value below.
+// The experiment's knobs as config.* keys, in the order a series name has listed them since
+// each was added (so a dashboard's series keep their names), with the value `shardbench run`
+// records when no flag changes it: the options table's default and its derived keys
+// (bench/cli/options_table.h json_defaults), or, for the flags only `run` takes, RunArgs's
+// initialisers (run_options.h, header only: the fuzz target links nothing more).
 // steps/warmup/seed are left out: they change how long or on what data a run measures, not
 // what is measured. precision, seq_len and tied_head are handled apart.
 const std::vector<std::pair<const char*, json>>& knob_defaults() {
   static const std::vector<std::pair<const char*, json>> k = [] {
+    const RunArgs run{};
     const std::vector<std::pair<const char*, json>> not_flags = {
-        {"collectives", "ring"}, {"lr", 1e-3}, {"device", "cpu"},
-        {"zero_grad_reduce", "bucket_all_reduce"}, {"reuse_distance", 1000000000},
-        {"zero3_fetch", "coalesced"}, {"fsdp2_reshard_after_forward", true},
-        {"fsdp2_reshard_root", false}};
+        {"collectives", run.collectives}, {"lr", run.lr}, {"device", run.device}};
     const char* order[] = {"batch_per_rank", "wrap", "bucket_mb", "backward_prefetch",
                            "forward_prefetch", "limit_all_gathers", "overlap", "collectives",
                            "prefetch_elements", "persist_elements", "mem_limit_gb", "lr", "device",

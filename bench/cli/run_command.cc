@@ -19,8 +19,6 @@ extern "C" char* openblas_get_config();    // OpenBLAS: build configuration stri
 extern "C" char* openblas_get_corename();  // OpenBLAS: the kernel set in use
 
 #include "bench/cli/output_path.h"
-#include "bench/cli/ds_config.h"
-#include "bench/cli/fsdp_config.h"
 #include "bench/cli/collective_latency.h"
 #include "bench/cli/host_network.h"
 #include "bench/cli/peak_calibration.h"
@@ -273,31 +271,26 @@ void print_table(const std::vector<StrategyRun>& runs, const std::vector<nlohman
   print_phase_table(runs);
 }
 
-}  // namespace
-
-int run_command(const RunArgs& a, int argc, char** argv) {
-  BoundOptions bound;
-  RunConfig cfg = to_run_config(a, &bound);  // throws UsageError before any MPI
+// --hosts netns, or --np N outside an MPI job: the launcher starts the job on this binary and
+// returns its exit status; nullopt: this process is a rank of the job.
+std::optional<int> launch(const RunArgs& a, const RunConfig& cfg, int argc, char** argv) {
   if (!inside_mpi_job()) {  // fail before any MPI job starts; rank 0 checks again in the job
     prepare_output_path("--out", a.out);
     OutputLock probe("--out", a.out);
     if (!a.trace.empty()) prepare_output_dir("--trace", a.trace);
   }
-  if (!a.hosts.empty())  // [two-host] two namespace hosts on this machine (ci/two_host.sh)
-    return launch_two_hosts(a, argc, argv,
-                            cfg.device != "cpu" || !a.peak_calibration.empty()
-                                ? a.peak_calibration
-                                : calibrate_cpu(a.peak_gflops, "the launcher").to_flag());
-  if (a.np > 0 && !inside_mpi_job()) {
-    return launch_mpirun(a, argc, argv,
-                         cfg.device != "cpu" || !a.peak_calibration.empty()
-                             ? a.peak_calibration
-                             : calibrate_cpu(a.peak_gflops, "the launcher").to_flag());
-  }
-  Watchdog::set_timeout(a.timeout_s);
+  if (a.hosts.empty() && (a.np == 0 || inside_mpi_job())) return std::nullopt;
+  const std::string peak = cfg.device != "cpu" || !a.peak_calibration.empty()
+                               ? a.peak_calibration
+                               : calibrate_cpu(a.peak_gflops, "the launcher").to_flag();
+  if (!a.hosts.empty())  // [two-host] namespace hosts on this machine (ci/two_host.sh)
+    return launch_two_hosts(a, argc, argv, peak);
+  return launch_mpirun(a, argc, argv, peak);
+}
 
-  PeakCalibration peak = cfg.device == "cpu" ? initial_cpu_peak(a) : PeakCalibration{};
-  MpiRuntime mpi(&argc, &argv);
+// The job's world against --np and --ranks-per-node, and the group knobs against it.
+Topology job_topology(const RunArgs& a, const RunConfig& cfg, const BoundOptions& bound,
+                      MpiRuntime& mpi) {
   if (a.np > 0 && a.np != mpi.world_size())
     throw UsageError(fmt::format("--np {}: this MPI job has {} ranks; drop --np under mpirun",
                                  a.np, mpi.world_size()));
@@ -307,102 +300,100 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   const Topology nodes = mpi.topology(a.ranks_per_node);
   check_group_knobs(cfg.options, nodes.world_size(), nodes.ranks_per_node());
   if (bound.ds) check_group_knobs(*bound.ds, nodes.world_size(), nodes.ranks_per_node());
-  const Topology topo = nodes.with_partition(cfg.options.mics_shard_size);
-  const bool root = topo.rank() == 0;
-  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
-  if (cfg.fault.kind.rfind("kill-", 0) == 0) {  // a fault in the results write, not in a step
-    if (root)
-      set_write_fault(cfg.fault.step, cfg.fault.kind == "kill-mid-write" ? WriteFault::kMidWrite
-                                                                         : WriteFault::kBeforeRename);
-    cfg.fault = {};
-  }
+  return nodes.with_partition(cfg.options.mics_shard_size);
+}
 
+// --inject-fault 0:N:kill-*: a fault in the N-th write of the results file, not in a step.
+void arm_write_fault(RunConfig& cfg, bool root) {
+  if (cfg.fault.kind.rfind("kill-", 0) != 0) return;
+  if (root)
+    set_write_fault(cfg.fault.step, cfg.fault.kind == "kill-mid-write" ? WriteFault::kMidWrite
+                                                                       : WriteFault::kBeforeRename);
+  cfg.fault = {};
+}
+
+// This rank's device and backend, and what the results file says of the machine.
+struct Machine {
   std::unique_ptr<Device> device;
-  std::unique_ptr<CommBackend> backend;
+  std::unique_ptr<CommBackend> backend;  // NCCL; none: MPI (the communicator's)
   Environment env;
   int host_cores = 0;  // CPU: the physical cores the ranks share (the calibrated cluster's)
+};
+
+#ifdef SB_HAVE_CUDA
+// The GPU's backend, versions and MFU denominator: the datasheet's peak (or --peak-gflops).
+void describe_cuda(const RunArgs& a, const RunConfig& cfg, const Topology& topo, MpiRuntime& mpi,
+                   Machine& m, PeakCalibration& peak) {
+  Environment& env = m.env;
+  env.backend = "cuda-nccl";
+  m.backend = make_nccl_backend(topo, topo.local_rank(), cuda_compute_stream(*m.device));
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  int drv = 0;
+  cudaDriverGetVersion(&drv);  // the machine fingerprint's GPU driver (CUDA API version)
+  env.gpu_driver = fmt::format("{}.{}", drv / 1000, drv % 1000 / 10);
+  env.cuda_version = fmt::format("{}.{}", rt / 1000, rt % 1000 / 10);
+  env.nccl_version = nccl_version_string();
+  const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
+  env.peak_flops_per_device =
+      a.peak_gflops > 0
+          ? a.peak_gflops * 1e9
+          : cuda_peak_flops(m.device->name(), bf16,
+                            !bf16 && dynamic_cast<CudaDevice&>(*m.device).allow_tf32());
+  env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
+  // Each rank's own device's figure, summed: a mixed set of GPUs counts each as it is.
+  env.peak_flops_per_device = mpi.sum_over_ranks(env.peak_flops_per_device) / topo.world_size();
+  peak = fixed_peak(env.peak_flops_per_device / 1e9, env.peak_flops_source);
+  env.devices = topo.world_size();
+  env.peak_basis = {{"definition", kPeakDefinition}, {"devices", env.devices},
+                    {"device_kind", "gpu"}, {"ranks", topo.world_size()}};
+}
+#endif
+
+Machine open_machine([[maybe_unused]] const RunArgs& a, const RunConfig& cfg, const Topology& topo,
+                     MpiRuntime& mpi, PeakCalibration& peak) {
+  Machine m;
   if (cfg.device == "cuda") {
     std::string why;
-    device = make_cuda_device(topo.local_rank(), &why);
-    if (!device) throw UsageError("--device cuda: " + why);
+    m.device = make_cuda_device(topo.local_rank(), &why);
+    if (!m.device) throw UsageError("--device cuda: " + why);
 #ifdef SB_HAVE_CUDA
-    env.backend = "cuda-nccl";
-    backend = make_nccl_backend(topo, topo.local_rank(), cuda_compute_stream(*device));
-    int rt = 0;
-    cudaRuntimeGetVersion(&rt);
-    int drv = 0;
-    cudaDriverGetVersion(&drv);  // the machine fingerprint's GPU driver (CUDA API version)
-    env.gpu_driver = fmt::format("{}.{}", drv / 1000, drv % 1000 / 10);
-    env.cuda_version = fmt::format("{}.{}", rt / 1000, rt % 1000 / 10);
-    env.nccl_version = nccl_version_string();
-    const bool bf16 = cfg.options.precision == Precision::kBf16Mixed;
-    env.peak_flops_per_device =
-        a.peak_gflops > 0
-            ? a.peak_gflops * 1e9
-            : cuda_peak_flops(device->name(), bf16,
-                              !bf16 && dynamic_cast<CudaDevice&>(*device).allow_tf32());
-    env.peak_flops_source = a.peak_gflops > 0 ? "--peak-gflops" : "NVIDIA datasheet (dense)";
-    // Each rank's own device's figure, summed: a mixed set of GPUs counts each as it is.
-    env.peak_flops_per_device = mpi.sum_over_ranks(env.peak_flops_per_device) / topo.world_size();
-    peak = fixed_peak(env.peak_flops_per_device / 1e9, env.peak_flops_source);
-    env.devices = topo.world_size();
-    env.peak_basis = {{"definition", kPeakDefinition}, {"devices", env.devices},
-                      {"device_kind", "gpu"}, {"ranks", topo.world_size()}};
+    describe_cuda(a, cfg, topo, mpi, m, peak);
 #endif
   } else {
-    device = make_cpu_device();
+    m.device = make_cpu_device();
     std::string shared = peak.to_flag();  // rank 0's figure for every rank: one per file
     mpi.broadcast_string(shared, 0);
     peak = PeakCalibration::from_flag(shared);
     const HardwareCount hw = count_hardware(mpi);
-    env.devices = hw.devices;
-    env.peak_basis = cpu_peak_basis(hw);
-    host_cores = hw.physical_cores;
+    m.env.devices = hw.devices;
+    m.env.peak_basis = cpu_peak_basis(hw);
+    m.host_cores = hw.physical_cores;
   }
-  env.device_name = device->name();
+  Environment& env = m.env;
+  env.device_name = m.device->name();
   env.cpu_model = cpu_model_name();
   env.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   env.mpi_version = mpi.library_version();
   env.blas_version = std::string("OpenBLAS ") + openblas_get_config() + " core " +
                      openblas_get_corename();
   env.compiler = fmt::format("g++ {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+  return m;
+}
 
-  // [hosts netns] the link ci/two_host.sh measured before the job: the results' topology, and
-  // the prediction's inter-node link, so measurement and prediction share one network.
-  std::optional<nlohmann::json> network;
+// [hosts netns] the link ci/two_host.sh measured before the job (nullopt: none).
+std::optional<nlohmann::json> measured_network() {
   try {
-    network = hosts_network_from_env();
+    return hosts_network_from_env();
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
-  Ledger ledger;
-  // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
-  // side stream's ops on its one stream.
-  std::unique_ptr<CommBackend> side;
-  if (!backend) {
-    backend = make_mpi_backend(topo, cfg.collectives);
-    side = make_mpi_backend(topo, cfg.collectives);
-  }
-  Communicator comm(topo, std::move(backend), ledger, std::move(side));
-  std::vector<std::string> names =
-      a.ds_config.empty() ? parse_strategy_list(a.strategies)
-                          : ds_config_strategies(cfg.ds_config_stage,
-                                                 parse_strategy_list(a.strategies),
-                                                 a.strategies == "all");
-  if (!a.fsdp_config.empty())
-    names = fsdp_config_strategies(bound.fsdp->fsdp_config.strategy,
-                                   a.strategies == "all" && a.ds_config.empty()
-                                       ? std::vector<std::string>{}
-                                       : names,
-                                   a.strategies == "all");
-  std::vector<std::string> differ;  // row settings that differ (each result has its own)
-  cfg.options = bound.common(names, differ);
-  const bool batch_differs = std::count(differ.begin(), differ.end(), "batch_per_rank") > 0;
-  if (!names.empty() && !batch_differs) cfg.batch_per_rank = bound.batch_for(names.front());
-  const std::string unequal = unequal_rows_warning(names, bound);
-  if (root && !unequal.empty()) fmt::print(stderr, "{}\n", unequal);
-  // the bound rows' common options: what --resume compares and the document records
-  nlohmann::json config = config_json(cfg, topo);
+}
+
+// The document's config: the bound rows' common options, what --resume compares.
+nlohmann::json run_config_json(const RunConfig& cfg, const Topology& topo,
+                               const std::optional<nlohmann::json>& network) {
+  nlohmann::json config = config_json(cfg, topo, knob_config_json(cfg.options));
   if (network) {
     // what was asked of the link (not what it measured): --resume must not mix shapings
     const nlohmann::json& shaping = (*network)["shaping"];
@@ -411,19 +402,15 @@ int run_command(const RunArgs& a, int argc, char** argv) {
         {"requested_gbps", shaping.is_object() ? shaping["requested_gbps"] : nlohmann::json()},
         {"delay_ms", shaping.is_object() ? shaping["delay_ms"] : nlohmann::json()}};
   }
-  const int tokens =
-      topo.world_size() * cfg.batch_per_rank * cfg.options.grad_accum * cfg.model.seq_len;
-  if (root && !a.quiet)
-    fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "
-               "strategies, {}+{} steps\n",
-               cfg.model.name, count_params(cfg.model), topo.world_size(), topo.num_nodes(),
-               topo.ranks_per_node(), cfg.batch_per_rank, precision_name(cfg.options.precision),
-               names.size(), cfg.warmup, cfg.steps);
-  std::vector<StrategyRun> runs;
-  std::vector<nlohmann::json> results;
+  return config;
+}
+
+// --resume's kept results; the file's MFU denominator replaces `peak` (one per file).
+std::map<std::string, nlohmann::json> kept_results(const RunArgs& a, const nlohmann::json& config,
+                                                   MpiRuntime& mpi, PeakCalibration& peak) {
   auto kept = a.resume ? resumable_results(a.out, config, mpi)
-                      : std::map<std::string, nlohmann::json>{};
-  if (auto it = kept.find(kFilePeakKey); it != kept.end()) {  // one denominator per file
+                       : std::map<std::string, nlohmann::json>{};
+  if (auto it = kept.find(kFilePeakKey); it != kept.end()) {
     try {
       peak = PeakCalibration::from_json(it->second);
     } catch (const nlohmann::json::exception&) {
@@ -431,93 +418,176 @@ int run_command(const RunArgs& a, int argc, char** argv) {
     }
     kept.erase(it);
   }
-  env.peak_flops_per_device = peak.gflops * 1e9;
-  env.peak_flops_source = denominator_source(peak.source, env.peak_basis);
-  // The predictor's cluster for this run: calibrated CPU, or the GPU preset of this device.
-  RunCluster pc = prediction_cluster(cfg, topo, env.device_name, peak, host_cores);
-  // [hosts netns] the prediction's inter-node link is the one ci/two_host.sh measured, so
-  // measurement and prediction share one network.
-  if (network && pc.cluster) pc.cluster->inter = measured_inter_link(*network);
-  // [CPU] the collectives' latency under this run's load, timed here as sgemm was at start.
-  if (cfg.device == "cpu" && pc.cluster) {
-    const std::string line =
-        apply_collective_latency(*pc.cluster, measure_collective_latency(mpi, topo, cfg.collectives),
-                                 topo, network ? pc.cluster->inter.latency_s : 0.0);
-    if (!line.empty()) pc.cluster->source += "; " + line;
+  return kept;
+}
+
+void print_plan(const RunConfig& cfg, const Topology& topo, const std::vector<std::string>& names) {
+  fmt::print("shardbench: {} ({} params), world {} = {} node(s) x {}, batch {}/rank, {}, {} "
+             "strategies, {}+{} steps\n",
+             cfg.model.name, count_params(cfg.model), topo.world_size(), topo.num_nodes(),
+             topo.ranks_per_node(), cfg.batch_per_rank, precision_name(cfg.options.precision),
+             names.size(), cfg.warmup, cfg.steps);
+  if (topo.num_nodes() > 1) return;
+  for (const auto& n : names)
+    if (n.find("hybrid") != std::string::npos)
+      fmt::print("note: on one node {} shards over the node = the world and replicates across "
+                 "one node: it degenerates to {}\n", n,
+                 n == "fsdp_hybrid_shard" ? "fsdp_full_shard" : "fsdp_shard_grad_op");
+}
+
+// What every strategy of the job shares: the ranks, the device, the results document.
+struct Job {
+  Job(const RunArgs& args, const BoundOptions& b, RunConfig c, Topology t, MpiRuntime& m)
+      : a(args), bound(b), cfg(std::move(c)), topo(std::move(t)), mpi(m) {}
+  const RunArgs& a;
+  const BoundOptions& bound;
+  RunConfig cfg;
+  Topology topo;
+  MpiRuntime& mpi;
+  Machine machine;
+  Ledger ledger;  // outlives the communicator that appends to it
+  std::unique_ptr<Communicator> comm;
+  std::optional<nlohmann::json> network;
+  std::vector<std::string> names;
+  std::vector<std::string> differ;  // row settings that differ (each result has its own)
+  nlohmann::json config;
+  PeakCalibration peak;
+  RunCluster pc;
+  std::vector<nlohmann::json> results;
+  bool root() const { return topo.rank() == 0; }
+};
+
+nlohmann::json document(const Job& j) {
+  nlohmann::json doc = run_document(j.cfg, j.machine.env, j.config, j.results);
+  if (!j.differ.empty()) doc["config"]["rows_differ"] = j.differ;
+  doc["config"]["mfu_peak"] = j.peak.to_json();
+  doc["prediction_cluster"] = j.pc.cluster ? cluster_json(*j.pc.cluster) : nlohmann::json();
+  if (!j.pc.note.empty()) doc["prediction_cluster_note"] = j.pc.note;
+  if (j.network) doc["topology"] = *j.network;
+  return doc;
+}
+
+void print_progress(const Job& j, size_t i, const StrategyRun& run, const RunConfig& row) {
+  if (run.status == "ok") {
+    const double tokens = double(j.topo.world_size()) * row.batch_per_rank *
+                          row.options.grad_accum * j.cfg.model.seq_len;
+    fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
+               j.names.size(), run.strategy, median(run.step_time_s),
+               tokens / median(run.step_time_s), mib(run.peak_bytes));
+  } else {
+    fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, j.names.size(), run.strategy, run.status,
+               run.error);
   }
-  if (network && pc.cluster) (*network)["prediction_inter"] = cluster_json(*pc.cluster)["inter"];
-  auto document = [&] {
-    nlohmann::json doc = run_document(cfg, topo, env, results);
-    doc["config"] = config;
-    if (!differ.empty()) doc["config"]["rows_differ"] = differ;
-    doc["config"]["mfu_peak"] = peak.to_json();
-    doc["prediction_cluster"] = pc.cluster ? cluster_json(*pc.cluster) : nlohmann::json();
-    if (!pc.note.empty()) doc["prediction_cluster_note"] = pc.note;
-    if (network) doc["topology"] = *network;
-    return doc;
-  };
-  if (topo.num_nodes() == 1 && root && !a.quiet)
-    for (const auto& n : names)
-      if (n.find("hybrid") != std::string::npos) {
-        fmt::print("note: on one node {} shards over the node = the world and replicates across "
-                   "one node: it degenerates to {}\n", n,
-                   n == "fsdp_hybrid_shard" ? "fsdp_full_shard" : "fsdp_shard_grad_op");
-      }
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (auto it = kept.find(names[i]); it != kept.end()) {
-      if (root && !a.quiet)
-        fmt::print("[{}/{}] {:<26} ok   (kept from {}, --resume)\n", i + 1, names.size(),
-                   names[i], a.out);
-      results.push_back(it->second);
+  std::fflush(stdout);
+}
+
+// One strategy of the matrix: measured, traced, predicted; its result joins the document.
+StrategyRun run_row(Job& j, size_t i) {
+  const std::string& name = j.names[i];
+  RunConfig row = j.cfg;  // this row's options: its config file's, or the flags'
+  row.options = j.bound.for_strategy(name);
+  row.batch_per_rank = j.bound.batch_for(name);
+  StrategyRun run = run_strategy(name, row, j.mpi, *j.comm, *j.machine.device);
+  if (j.root() && !j.a.quiet) print_progress(j, i, run, row);
+  if (j.root() && run.status == "ok" && !steady_state_faults_ok(run)) warn_page_faults(run);
+  if (!j.a.trace.empty() && run.status == "ok") {  // every rank: the gather is collective
+    const std::string path = write_strategy_trace(j.a.trace, run.strategy, run.trace, j.mpi);
+    if (j.root() && !j.a.quiet) fmt::print("        trace: {}\n", path);
+  }
+  run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
+  nlohmann::json result = result_json(run, row, j.topo, j.machine.env);
+  result["settings"] = row_settings(name, j.bound);
+  if (run.status == "ok" && j.pc.cluster) {
+    // The model's view of the same config, and how far the measurement is from it.
+    result["prediction"] = predict_for_run(row, j.topo, name, *j.pc.cluster);
+    result["prediction"]["cluster"] = j.pc.cluster->name;
+    result["residuals"] = prediction_residuals(result["prediction"], result);
+  }
+  j.results.push_back(std::move(result));
+  if (j.root()) write_json_atomic(j.a.out, document(j));
+  return run;
+}
+
+// The strategies one after another (--resume's kept ones skipped); the table at the end.
+// Exit 1 when no strategy ended ok (all oom/error): the file records why, but a script
+// chaining run && export must not take an empty matrix for a result.
+int run_matrix(Job& j, std::map<std::string, nlohmann::json> kept) {
+  std::vector<StrategyRun> runs;
+  for (size_t i = 0; i < j.names.size(); ++i) {
+    if (auto it = kept.find(j.names[i]); it != kept.end()) {
+      if (j.root() && !j.a.quiet)
+        fmt::print("[{}/{}] {:<26} ok   (kept from {}, --resume)\n", i + 1, j.names.size(),
+                   j.names[i], j.a.out);
+      j.results.push_back(it->second);
       continue;
     }
-    RunConfig row = cfg;  // this row's options: its config file's, or the flags'
-    row.options = bound.for_strategy(names[i]);
-    row.batch_per_rank = bound.batch_for(names[i]);
-    StrategyRun run = run_strategy(names[i], row, mpi, comm, *device);
-    if (root && !a.quiet) {
-      if (run.status == "ok")
-        fmt::print("[{}/{}] {:<26} ok   {:8.4f} s/step  {:10.0f} tokens/s  peak {} MiB\n", i + 1,
-                   names.size(), run.strategy, median(run.step_time_s),
-                   double(tokens) / cfg.options.grad_accum / cfg.batch_per_rank *
-                       row.options.grad_accum * row.batch_per_rank / median(run.step_time_s),
-                   mib(run.peak_bytes));
-      else
-        fmt::print("[{}/{}] {:<26} {}: {}\n", i + 1, names.size(), run.strategy, run.status,
-                   run.error);
-      std::fflush(stdout);
-    }
-    if (root && run.status == "ok" && !steady_state_faults_ok(run)) warn_page_faults(run);
-    if (!a.trace.empty() && run.status == "ok") {  // every rank: the gather is collective
-      const std::string path = write_strategy_trace(a.trace, run.strategy, run.trace, mpi);
-      if (root && !a.quiet) fmt::print("        trace: {}\n", path);
-    }
-    run.trace = RankTrace{};  // written: the matrix's later strategies need not carry it
-    nlohmann::json result = result_json(run, row, topo, env);
-    result["settings"] = row_settings(names[i], bound);
-    if (run.status == "ok" && pc.cluster) {
-      // The model's view of the same config, and how far the measurement is from it.
-      result["prediction"] = predict_for_run(row, topo, names[i], *pc.cluster);
-      result["prediction"]["cluster"] = pc.cluster->name;
-      result["residuals"] = prediction_residuals(result["prediction"], result);
-    }
-    results.push_back(std::move(result));
-    if (root) write_json_atomic(a.out, document());
-    runs.push_back(std::move(run));
+    runs.push_back(run_row(j, i));
   }
-  if (root) {  // --quiet drops the progress lines, never the table
-    print_table(runs, results, tokens);
-    fmt::print("results: {}\n", a.out);
+  const int tokens =
+      j.topo.world_size() * j.cfg.batch_per_rank * j.cfg.options.grad_accum * j.cfg.model.seq_len;
+  if (j.root()) {  // --quiet drops the progress lines, never the table
+    print_table(runs, j.results, tokens);
+    fmt::print("results: {}\n", j.a.out);
   }
-  // Exit 1 when no strategy ended ok (all oom/error): the file records why, but a script
-  // chaining run && export must not take an empty matrix for a result.
-  const bool any_ok = std::any_of(results.begin(), results.end(), [](const nlohmann::json& r) {
+  const bool any_ok = std::any_of(j.results.begin(), j.results.end(), [](const nlohmann::json& r) {
     return r.value("status", "") == "ok";
   });
-  if (!any_ok && root)
+  if (!any_ok && j.root())
     fmt::print(stderr, "shardbench: no strategy succeeded ({} of {} failed); see {}\n",
-               results.size(), results.size(), a.out);
+               j.results.size(), j.results.size(), j.a.out);
   return any_ok ? 0 : 1;
+}
+
+}  // namespace
+
+// The predictor's cluster for this run is the calibrated CPU or this device's GPU preset;
+// [hosts netns] its inter-node link is the one measured, so both share one network; [CPU] the
+// collectives' latency under this run's load is timed here, as sgemm was at start.
+void measured_prediction_network(Job& j) {
+  if (!j.pc.cluster) return;
+  if (j.network) j.pc.cluster->inter = measured_inter_link(*j.network);
+  if (j.cfg.device == "cpu") {
+    const std::string line = apply_collective_latency(
+        *j.pc.cluster, measure_collective_latency(j.mpi, j.topo, j.cfg.collectives), j.topo,
+        j.network ? j.pc.cluster->inter.latency_s : 0.0);
+    if (!line.empty()) j.pc.cluster->source += "; " + line;
+  }
+  if (j.network) (*j.network)["prediction_inter"] = cluster_json(*j.pc.cluster)["inter"];
+}
+
+int run_command(const RunArgs& a, int argc, char** argv) {
+  BoundOptions bound;
+  RunConfig cfg = to_run_config(a, &bound);  // throws UsageError before any MPI
+  if (const std::optional<int> launched = launch(a, cfg, argc, argv)) return *launched;
+  Watchdog::set_timeout(a.timeout_s);
+  PeakCalibration peak = cfg.device == "cpu" ? initial_cpu_peak(a) : PeakCalibration{};
+  MpiRuntime mpi(&argc, &argv);
+  Job j{a, bound, cfg, job_topology(a, cfg, bound, mpi), mpi};
+  const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);
+  arm_write_fault(j.cfg, j.root());
+  j.machine = open_machine(a, j.cfg, j.topo, mpi, peak);
+  j.network = measured_network();
+  // MPI: a second backend (communicators of its own) for the side comm stream; NCCL runs the
+  // side stream's ops on its one stream.
+  std::unique_ptr<CommBackend> backend = std::move(j.machine.backend), side;
+  if (!backend) {
+    backend = make_mpi_backend(j.topo, j.cfg.collectives);
+    side = make_mpi_backend(j.topo, j.cfg.collectives);
+  }
+  j.comm = std::make_unique<Communicator>(j.topo, std::move(backend), j.ledger, std::move(side));
+  j.names = bound_strategies(a, bound);
+  bound.document_config(j.names, j.cfg.options, j.cfg.batch_per_rank, j.differ);
+  const std::string unequal = unequal_rows_warning(j.names, bound);
+  if (j.root() && !unequal.empty()) fmt::print(stderr, "{}\n", unequal);
+  j.config = run_config_json(j.cfg, j.topo, j.network);
+  if (j.root() && !a.quiet) print_plan(j.cfg, j.topo, j.names);
+  auto kept = kept_results(a, j.config, mpi, peak);
+  j.peak = peak;
+  j.machine.env.peak_flops_per_device = peak.gflops * 1e9;
+  j.machine.env.peak_flops_source = denominator_source(peak.source, j.machine.env.peak_basis);
+  j.pc = prediction_cluster(j.cfg, j.topo, j.machine.env.device_name, peak, j.machine.host_cores);
+  measured_prediction_network(j);
+  return run_matrix(j, std::move(kept));
 }
 
 }  // namespace sb

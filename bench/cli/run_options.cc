@@ -12,7 +12,6 @@
 #include "bench/cli/config_binding.h"
 #include "bench/cli/ds_config.h"
 #include "bench/cli/ddp_config.h"
-#include "bench/cli/fsdp_config.h"
 #include "harness/model/checkpointing.h"
 #include "harness/model/config.h"
 #include "strategies/strategy.h"
@@ -135,32 +134,39 @@ void bind_fsdp_reduce_dtype(const std::string& path, const std::string& strategi
   flags.fsdp2_reduce_fp32 = true;
 }
 
-RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
-  RunConfig c;
+namespace {
+
+// The model the workload flags describe (--model, --arch, --seq, ...).
+GptConfig workload_model(const RunArgs& a) {
+  GptConfig m;
   try {
-    c.model = parse_model(a.model, a.arch);
+    m = parse_model(a.model, a.arch);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what() + did_you_mean(a.model, preset_names()));
   }
-  c.model.tied_head = c.model.tied_head && !a.untied_head;  // llama: always untied
+  m.tied_head = m.tied_head && !a.untied_head;  // llama: always untied
   try {
-    c.model.attention = parse_attention(a.attention);
-    c.model.cross_entropy = parse_cross_entropy(a.cross_entropy);
-    c.model.checkpoint_every =
-        parse_activation_checkpointing(a.activation_checkpointing, c.model.n_layer);
+    m.attention = parse_attention(a.attention);
+    m.cross_entropy = parse_cross_entropy(a.cross_entropy);
+    m.checkpoint_every = parse_activation_checkpointing(a.activation_checkpointing, m.n_layer);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   require(a.seq >= 0, "--seq", a.seq, ">= 0 (0 = the model's context)");
   if (a.seq > 0) {
-    c.model.context = c.model.seq_len;  // the model keeps its positions; samples get shorter
-    c.model.seq_len = a.seq;
+    m.context = m.seq_len;  // the model keeps its positions; samples get shorter
+    m.seq_len = a.seq;
     try {
-      validate(c.model);
+      validate(m);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
   }
+  return m;
+}
+
+// The flags only `run` takes: launch, hosts, measurement and output.
+void check_run_flags(const RunArgs& a) {
   require(a.np >= 0 && a.np <= 4096, "--np", a.np, "0..4096");
   require(a.hosts.empty() || a.hosts == "netns", "--hosts", a.hosts, "netns");
   require(a.inter_gbps == 0 || !a.hosts.empty(), "--inter-gbps", a.inter_gbps,
@@ -170,8 +176,7 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   require(a.inter_gbps >= 0 && a.inter_gbps <= 400, "--inter-gbps", a.inter_gbps,
           "0 (unshaped) or a rate in Gb/s up to 400");
   require(a.inter_latency_ms == -1 || (a.inter_latency_ms >= 0 && a.inter_latency_ms <= 10000),
-          "--inter-latency-ms",
-          a.inter_latency_ms, "0..10000");
+          "--inter-latency-ms", a.inter_latency_ms, "0..10000");
   if (a.np > 0 && a.ranks_per_node > 0 && a.np % a.ranks_per_node != 0)
     throw UsageError(fmt::format("--ranks-per-node {}: must divide the world size (--np {})",
                                  a.ranks_per_node, a.np));
@@ -184,8 +189,65 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   require(!a.out.empty(), "--out", "''", "a file path");
   require(a.peak_gflops >= 0 && a.peak_gflops <= 1e9, "--peak-gflops", a.peak_gflops,
           "0 (measure) or a peak up to 1e9 GFLOP/s per device");
-  parse_strategy_list(a.strategies);
+  // Below a second a busy, oversubscribed machine trips the watchdog on an ordinary wait.
+  require(a.timeout_s >= 1 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "1..1000000");
+  require(a.inject_slowdown >= 0 && a.inject_slowdown <= 10, "--inject-slowdown",
+          a.inject_slowdown, "0..10");
+}
 
+// --inject-fault rank:step:kind (hidden test flag).
+RunConfig::Fault parse_inject_fault(const std::string& text) {
+  RunConfig::Fault fault;
+  if (text.empty()) return fault;
+  const auto p1 = text.find(':'), p2 = text.find(':', p1 + 1);
+  bool ok = p1 != std::string::npos && p2 != std::string::npos;
+  if (ok) {
+    try {
+      fault.rank = std::stoi(text.substr(0, p1));
+      fault.step = std::stoi(text.substr(p1 + 1, p2 - p1 - 1));
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    fault.kind = text.substr(p2 + 1);
+    // kill-*: `step` is the Nth write of the results file, by rank 0 (the only writer)
+    const bool write = fault.kind == "kill-mid-write" || fault.kind == "kill-before-rename";
+    ok = ok && (fault.kind == "exit" || fault.kind == "hang" || fault.kind == "oom" ||
+                (write && fault.rank == 0 && fault.step >= 1));
+  }
+  require(ok, "--inject-fault", text,
+          "rank:step:exit|hang|oom or 0:N:kill-mid-write|kill-before-rename");
+  return fault;
+}
+
+// The config files over the flags' options, each for its own rows (config_binding.h), and
+// checked before any rank starts: against the typed flags, the strategy list and --np's world.
+void bind_config_files(const RunArgs& a, RunConfig& c, BoundOptions& b) {
+  const StrategyOptions& o = c.options;
+  // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
+  const int world = a.np > 0 && a.hosts.empty() ? a.np : 0;
+  const int per_node = a.ranks_per_node > 0 ? a.ranks_per_node : a.np;
+  if (world > 0) check_group_knobs(o, world, per_node);
+  check_qgz_contract(o);
+  b.flags = o;
+  b.flags_batch = c.batch_per_rank;
+  if (!a.fsdp_config.empty()) bind_fsdp_config(a, o, b);
+  if (!a.ds_config.empty()) {
+    const DsConfig d = bind_ds_config(a, c, b);
+    if (world > 0) check_group_knobs(d.applied.options, world, per_node);  // the file's hpZ
+    c.ds_config = d.applied.ds_config;
+    c.ds_config_stage = d.applied.ds_config_stage;
+    c.ds_config_ignored = d.applied.ds_config_ignored;
+  }
+  bound_strategies(a, b);  // the files' stage and strategy against --strategies
+}
+
+}  // namespace
+
+RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
+  RunConfig c;
+  c.model = workload_model(a);
+  check_run_flags(a);
+  parse_strategy_list(a.strategies);
   c.batch_per_rank = a.batch;
   c.steps = a.steps;
   c.warmup = a.warmup;
@@ -193,74 +255,13 @@ RunConfig to_run_config(const RunArgs& a, BoundOptions* bound) {
   c.collectives = a.collectives == "ring" ? CollectiveImpl::kRing : CollectiveImpl::kMpiNative;
   c.device = a.device;
   c.trace = !a.trace.empty();
-  // Below a second a busy, oversubscribed machine trips the watchdog on an ordinary wait.
-  require(a.timeout_s >= 1 && a.timeout_s <= 1e6, "--timeout-s", a.timeout_s, "1..1000000");
-  require(a.inject_slowdown >= 0 && a.inject_slowdown <= 10, "--inject-slowdown",
-          a.inject_slowdown, "0..10");
   c.inject_slowdown = a.inject_slowdown;
-  if (!a.inject_fault.empty()) {
-    const auto p1 = a.inject_fault.find(':'), p2 = a.inject_fault.find(':', p1 + 1);
-    bool ok = p1 != std::string::npos && p2 != std::string::npos;
-    if (ok) {
-      try {
-        c.fault.rank = std::stoi(a.inject_fault.substr(0, p1));
-        c.fault.step = std::stoi(a.inject_fault.substr(p1 + 1, p2 - p1 - 1));
-      } catch (const std::exception&) {
-        ok = false;
-      }
-      c.fault.kind = a.inject_fault.substr(p2 + 1);
-      // kill-*: `step` is the Nth write of the results file, by rank 0 (the only writer)
-      const bool write = c.fault.kind == "kill-mid-write" || c.fault.kind == "kill-before-rename";
-      ok = ok && (c.fault.kind == "exit" || c.fault.kind == "hang" || c.fault.kind == "oom" ||
-                  (write && c.fault.rank == 0 && c.fault.step >= 1));
-    }
-    require(ok, "--inject-fault", a.inject_fault,
-            "rank:step:exit|hang|oom or 0:N:kill-mid-write|kill-before-rename");
-  }
-  auto& o = c.options;
-  o = knob_options(a);  // every tabled flag checked against its row (bench/cli/options_table.h)
-  o.adamw.lr = float(a.lr);
-  o.seed = a.seed;
-  // --np on one host: the world is known now (one node of N unless --ranks-per-node says)
-  if (a.np > 0 && a.hosts.empty())
-    check_group_knobs(o, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
+  c.fault = parse_inject_fault(a.inject_fault);
+  c.options = knob_options(a);  // every tabled flag checked against its row (options_table.h)
+  c.options.adamw.lr = float(a.lr);
+  c.options.seed = a.seed;
   BoundOptions local;
-  BoundOptions& b = bound ? *bound : local;
-  b.flags = o;
-  b.flags_batch = c.batch_per_rank;
-  if (!a.fsdp_config.empty()) {  // FSDP's defaults where the file is silent, for fsdp_* rows only
-    StrategyOptions f = o;
-    f.fsdp2_reduce_fp32 = false;  // what the file says, apart from the flags'
-    read_fsdp_config(a.fsdp_config, f);
-    const bool file_reduce_fp32 = f.fsdp2_reduce_fp32;
-    f.fsdp2_reduce_fp32 = o.fsdp2_reduce_fp32;
-    bind_fsdp_reduce_dtype(a.fsdp_config, a.strategies, file_reduce_fp32, f, b.flags);
-    check_flag_conflicts(a.given, o, f, ConfigFamily::kFsdp, a.fsdp_config);
-    b.fsdp = f;
-    b.fsdp_path = a.fsdp_config;
-    if (a.strategies != "all")  // the file's strategy against the list, before any rank starts
-      fsdp_config_strategies(f.fsdp_config.strategy, parse_strategy_list(a.strategies), false);
-  }
-  if (a.ds_config.empty()) {
-    check_qgz_contract(o);
-    return c;
-  }
-  require(a.zero_schedule == "shipped", "--zero-schedule", a.zero_schedule,
-          "shipped with --ds-config (the file configures DeepSpeed as shipped)");
-  const DsConfig d = read_ds_config(a.ds_config, c);
-  check_flag_conflicts(a.given, o, d.applied.options, ConfigFamily::kDeepSpeed, a.ds_config);
-  // the file's stage against --strategies, checked here: before any rank starts
-  ds_config_strategies(d.stage, parse_strategy_list(a.strategies), a.strategies == "all");
-  if (a.np > 0 && a.hosts.empty())  // the file's zero_hpz_partition_size against the world
-    check_group_knobs(d.applied.options, a.np, a.ranks_per_node > 0 ? a.ranks_per_node : a.np);
-  check_qgz_contract(d.applied.options);
-  check_batch_conflict(a.given, c.batch_per_rank, d.applied.batch_per_rank, a.ds_config);
-  b.ds = d.applied.options;
-  b.ds_path = a.ds_config;
-  b.ds_batch = d.applied.batch_per_rank;
-  c.ds_config = d.applied.ds_config;
-  c.ds_config_stage = d.applied.ds_config_stage;
-  c.ds_config_ignored = d.applied.ds_config_ignored;
+  bind_config_files(a, c, bound ? *bound : local);
   return c;
 }
 

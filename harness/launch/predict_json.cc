@@ -10,9 +10,8 @@ namespace sb {
 
 using nlohmann::json;
 
-json predict_config_json(const PredictConfig& cfg) {
+json predict_config_json(const PredictConfig& cfg, const json& knobs) {
   const ModelShape& m = *cfg.model;
-  const auto& o = cfg.options;
   json model = m.bare ? json{{"name", m.config.name}, {"bare_params", m.num_params}}
                       : json{{"name", m.config.name},          {"n_layer", m.config.n_layer},
                              {"n_embd", m.config.n_embd},      {"n_head", m.config.n_head},
@@ -23,28 +22,16 @@ json predict_config_json(const PredictConfig& cfg) {
                              {"activation_checkpointing",
                               activation_checkpointing_name(m.config.checkpoint_every)}};
   if (!m.bare) add_llama_keys(model, m.config);
-  return json{{"model", model},
-              {"params", m.num_params},
-              {"world_size", cfg.world},
-              {"ranks_per_node", cfg.ranks_per_node},
-              {"num_nodes", cfg.world / std::max(1, cfg.ranks_per_node)},
-              {"batch_per_rank", cfg.batch_per_rank},
-              {"grad_accum", o.grad_accum},
-              {"seq_len", m.config.seq_len},
-              {"precision", precision_name(o.precision)},
-              {"wrap", o.wrap},
-              {"bucket_mb", o.bucket_mb},
-              {"backward_prefetch", prefetch_name(o.backward_prefetch)},
-              {"forward_prefetch", o.forward_prefetch},
-              {"overlap", o.overlap},
-              {"prefetch_elements", o.prefetch_elements},
-              {"persist_elements", o.persist_elements},
-              {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
-              {"reuse_distance", o.reuse_distance},
-              {"max_live_elements", o.max_live_elements},
-              {"model_persist_elements", o.model_persist_elements},
-              {"zero3_fetch", o.zero3_coalesced_fetch ? "coalesced" : "per_tensor"},
-              {"mem_limit_gb", cfg.mem_limit_gb}};
+  json config = {{"model", model},
+                 {"params", m.num_params},
+                 {"world_size", cfg.world},
+                 {"ranks_per_node", cfg.ranks_per_node},
+                 {"num_nodes", cfg.world / std::max(1, cfg.ranks_per_node)},
+                 {"batch_per_rank", cfg.batch_per_rank},
+                 {"seq_len", m.config.seq_len},
+                 {"mem_limit_gb", cfg.mem_limit_gb}};
+  config.update(knobs);
+  return config;
 }
 
 // Where the predicted step's compute time went, by kernel class, and the step by phase.
@@ -144,14 +131,14 @@ json prediction_json(const Prediction& p) {
 }
 
 json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
-                         const std::vector<json>& results) {
+                         const std::vector<json>& results, const json& knobs) {
   const bool llama = cfg.model->config.arch == ArchKind::kLlama;
   return json{{"schema_version", kSchemaVersion},
               {"suite", "shardbench"},
               {"kind", "prediction"},
               {"created_utc", utc_now_iso()},
               {"git_commit", git_commit()},
-              {"config", predict_config_json(cfg)},
+              {"config", predict_config_json(cfg, knobs)},
               {"cluster", cluster_json(cluster)},
               {"formulas",
                {{"activations", llama ? llama_activation_formula() : activation_formula()},

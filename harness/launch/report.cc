@@ -59,29 +59,6 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
-const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16-mixed"; }
-const char* prefetch_name(BackwardPrefetch p) {
-  return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";
-}
-
-const char* zero_grad_reduce_name(ZeroGradReduce r) {
-  switch (r) {
-    case ZeroGradReduce::kBucketAllReduce: return "bucket_all_reduce";
-    case ZeroGradReduce::kReducePerOwner: return "reduce_per_owner";
-    case ZeroGradReduce::kReduceScatter: return "reduce_scatter";
-  }
-  return "?";
-}
-
-// fully_shard's reshard_after_forward: true (None or True), false or K; whether the root is
-// resharded too (an explicit True or K) is fsdp2_reshard_root, so files from before it (which
-// always kept the root) read the same.
-json fsdp2_reshard_json(int k) {
-  if (k < 0) return true;
-  if (k == 0) return false;
-  return k;
-}
-
 std::string git_commit() {
   std::string out;
   if (FILE* f = popen("git -C " SB_SOURCE_DIR " rev-parse HEAD 2>/dev/null", "r")) {
@@ -114,7 +91,7 @@ void add_llama_keys(json& model, const GptConfig& c) {
   model["rope_theta"] = c.rope_theta;
 }
 
-json config_json(const RunConfig& cfg, const Topology& topo) {
+json config_json(const RunConfig& cfg, const Topology& topo, const json& knobs) {
   const auto& o = cfg.options;
   const auto& m = cfg.model;
   json model = {{"name", m.name}, {"n_layer", m.n_layer}, {"n_embd", m.n_embd},
@@ -124,57 +101,26 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
                 {"cross_entropy", cross_entropy_name(m.cross_entropy)},
                 {"activation_checkpointing", activation_checkpointing_name(m.checkpoint_every)}};
   add_llama_keys(model, m);
-  return json{
+  json config = json{
       {"model", model},
       {"params", count_params(m)},
       {"world_size", topo.world_size()},
       {"ranks_per_node", topo.ranks_per_node()},
       {"num_nodes", topo.num_nodes()},
       {"batch_per_rank", cfg.batch_per_rank},
-      {"grad_accum", o.grad_accum},  // micro-batches per step: global batch N·batch·K
-      {"fsdp_no_sync", o.fsdp_no_sync},  // FSDP's accumulation: no_sync() or reduce every one
-      {"fsdp_use_orig_params", o.fsdp_use_orig_params},  // 16-byte aligned tensors
       {"fsdp_config", o.fsdp_config.file},  // --fsdp-config FILE ("" if none)
       {"fsdp_config_ignored", o.fsdp_config.ignored},  // its keys accepted but not modelled
       {"seq_len", m.seq_len},
-      {"precision", precision_name(o.precision)},
       // What the matmuls computed in: bf16-mixed asks for bf16 (trainer.cc); only the CUDA
       // device has a bf16 matmul, the CPU device (Debian's OpenBLAS has no sbgemm) stays fp32.
       {"matmul_precision", cfg.device == "cuda" ? matmul_precision_name(matmul_precision_for(
                                                       o.precision))
                                                 : "fp32"},
-      {"wrap", o.wrap},
       {"steps", cfg.steps},
       {"warmup", cfg.warmup},
-      {"bucket_mb", o.bucket_mb},
-      {"backward_prefetch", prefetch_name(o.backward_prefetch)},
-      {"forward_prefetch", o.forward_prefetch},
-      {"limit_all_gathers", o.limit_all_gathers},
-      {"overlap", o.overlap},
       {"collectives", cfg.collectives == CollectiveImpl::kRing ? "ring" : "mpi"},
-      {"prefetch_elements", o.prefetch_elements},
-      {"persist_elements", o.persist_elements},
-      {"zero_grad_reduce", zero_grad_reduce_name(o.zero_grad_reduce)},
-      {"reuse_distance", o.reuse_distance},
-      {"max_live_elements", o.max_live_elements},
-      {"model_persist_elements", o.model_persist_elements},
-      {"zero3_fetch", o.zero3_coalesced_fetch ? "coalesced" : "per_tensor"},
       {"ds_config", cfg.ds_config},
       {"ds_config_ignored", cfg.ds_config_ignored},
-      {"fsdp2_reshard_after_forward", fsdp2_reshard_json(o.fsdp2_reshard_after_forward)},
-      {"fsdp2_reshard_root", o.fsdp2_reshard_after_forward != kFsdp2ReshardAuto &&
-                                 o.fsdp2_reshard_after_forward != 0},
-      {"fsdp2_prefetch", o.fsdp2_prefetch},
-      {"fsdp2_reduce_dtype", o.fsdp2_reduce_fp32 ? "fp32" : "auto"},
-      {"mics_shard_size", o.mics_shard_size},
-      {"mics_hierarchical_params_gather", o.mics_hierarchical_params_gather},
-      {"mics_schedule", o.mics_schedule == MicsSchedule::kPerUnit ? "per_unit" : "shipped"},
-      {"zero_hpz_partition_size", o.zero_hpz_partition_size},
-      {"zero_quantized_weights", o.zero_quantized_weights},
-      {"zero_quantized_gradients", o.zero_quantized_gradients},
-      {"zero_contiguous_gradients", o.zero_contiguous_gradients},
-      {"zero_communication_data_type", o.zero_comm_fp16 ? "fp16" : "auto"},
-      {"zero_qgz_variant", o.zero_qgz_variant == QgzVariant::kSuite ? "suite" : "shipped"},
       {"mem_limit_gb", cfg.mem_limit_gb},
       {"seed", o.seed},
       {"lr", o.adamw.lr},
@@ -188,6 +134,8 @@ json config_json(const RunConfig& cfg, const Topology& topo) {
                {"bf16_params", o.ddp.bf16_params},
                {"ignored", o.ddp.ignored}}},
   };
+  config.update(knobs);
+  return config;
 }
 
 json page_faults_json(const StrategyRun& run) {
@@ -399,7 +347,7 @@ json machine_json(const Environment& env) {
   return m;
 }
 
-json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
+json run_document(const RunConfig& cfg, const Environment& env, const json& config,
                   const std::vector<json>& results) {
   json versions{{"mpi", env.mpi_version}, {"blas", env.blas_version}, {"compiler", env.compiler}};
   if (!env.cuda_version.empty()) versions["cuda"] = env.cuda_version;
@@ -416,7 +364,7 @@ json run_document(const RunConfig& cfg, const Topology& topo, const Environment&
               {"versions", versions},
               {"machine", machine_json(env)},
               {"traffic_accounting", counted ? "counted" : "modelled"},
-              {"config", config_json(cfg, topo)},
+              {"config", config},
               {"results", results}};
 }
 

@@ -44,7 +44,10 @@ nlohmann::json machine_json(const Environment& env);
 // The Llama block's shape keys (arch, n_kv_head, ffn_hidden, rope_theta) into a model object;
 // nothing for the GPT-2 block, whose objects stay as before --arch existed.
 void add_llama_keys(nlohmann::json& model, const GptConfig& c);
-nlohmann::json config_json(const RunConfig& cfg, const Topology& topo);
+// The run's config: workload, topology, measurement and config files, with `knobs` (every
+// strategy knob as the command line's options table records it, bench/cli/options_table.h
+// knob_config_json) merged in.
+nlohmann::json config_json(const RunConfig& cfg, const Topology& topo, const nlohmann::json& knobs);
 nlohmann::json result_json(const StrategyRun& run, const RunConfig& cfg, const Topology& topo,
                            const Environment& env);
 // results[].memory.page_faults_per_step and .allocator (schema: results/schema.json).
@@ -56,7 +59,8 @@ nlohmann::json allocator_json(const StrategyRun& run);
 // then maps one more block, once (counted in allocator.measured_misses and in the max).
 double median_faults_per_step(const StrategyRun& run);
 bool steady_state_faults_ok(const StrategyRun& run);
-nlohmann::json run_document(const RunConfig& cfg, const Topology& topo, const Environment& env,
+// The results document around `config` (config_json's, with what the run adds to it).
+nlohmann::json run_document(const RunConfig& cfg, const Environment& env, const nlohmann::json& config,
                             const std::vector<nlohmann::json>& results);
 
 // Writes `doc` to path.tmp.<pid> and renames it over path. Throws std::runtime_error on failure.
@@ -78,8 +82,19 @@ nlohmann::json phases_json(const std::vector<StepPhases>& steps);
 // group, at which granularity.
 nlohmann::json description_json(const StrategyDescription& d);
 double percentile(std::vector<double> v, double p);
-const char* precision_name(Precision p);
-const char* prefetch_name(BackwardPrefetch p);
-const char* zero_grad_reduce_name(ZeroGradReduce r);
+// The names the results file records (inline: the options table's rows record with them and
+// link nothing, bench/cli/option_rows.cc).
+inline const char* precision_name(Precision p) { return p == Precision::kFp32 ? "fp32" : "bf16-mixed"; }
+inline const char* prefetch_name(BackwardPrefetch p) {
+  return p == BackwardPrefetch::kNone ? "none" : p == BackwardPrefetch::kPre ? "pre" : "post";
+}
+inline const char* zero_grad_reduce_name(ZeroGradReduce r) {
+  switch (r) {
+    case ZeroGradReduce::kBucketAllReduce: return "bucket_all_reduce";
+    case ZeroGradReduce::kReducePerOwner: return "reduce_per_owner";
+    case ZeroGradReduce::kReduceScatter: return "reduce_scatter";
+  }
+  return "?";
+}
 
 }  // namespace sb

@@ -96,11 +96,14 @@ FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,
                                  const Cluster& cluster, int max_world);
 
 // JSON in the run's schema family (results/): kind "prediction". Defined in
-// harness/launch/predict_json.cc (sb_launch), beside the run's JSON helpers it shares.
-nlohmann::json predict_config_json(const PredictConfig& cfg);
+// harness/launch/predict_json.cc (sb_launch), beside the run's JSON helpers it shares. `knobs`:
+// every strategy knob as the command line's options table records it
+// (bench/cli/options_table.h knob_config_json), merged into the config, as a run's.
+nlohmann::json predict_config_json(const PredictConfig& cfg, const nlohmann::json& knobs);
 nlohmann::json prediction_json(const Prediction& p);
 nlohmann::json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
-                                   const std::vector<nlohmann::json>& results);
+                                   const std::vector<nlohmann::json>& results,
+                                   const nlohmann::json& knobs);
 
 // For `run`: the prediction of one strategy on the run's own config and topology (bytes from
 // ring_model_sent on that topology), to sit beside the measured result.

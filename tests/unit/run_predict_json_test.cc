@@ -18,12 +18,13 @@ TEST(PredictJson, DocumentHasTheRunSchemaFamilyKeys) {
   const Cluster cl = load_cluster("cpu-local");
   std::vector<nlohmann::json> results;
   for (const auto& s : strategy_names()) results.push_back(prediction_json(predict(cfg, s, cl)));
-  const nlohmann::json doc = prediction_document(cfg, cl, results);
+  const nlohmann::json doc = prediction_document(cfg, cl, results, {{"precision", "fp32"}});
   EXPECT_EQ(doc["schema_version"], kSchemaVersion);
   EXPECT_EQ(doc["suite"], "shardbench");
   EXPECT_EQ(doc["kind"], "prediction");
   EXPECT_EQ(doc["config"]["world_size"], 4);
   EXPECT_EQ(doc["config"]["num_nodes"], 2);
+  EXPECT_EQ(doc["config"]["precision"], "fp32");  // the knobs the caller records, merged in
   ASSERT_EQ(doc["results"].size(), strategy_names().size());
   for (const auto& r : doc["results"]) {
     for (const char* k : {"params", "grads", "optimizer"})
