@@ -142,13 +142,18 @@ def median_ci95(samples):
 
 # --- formatting --------------------------------------------------------------------------------
 
-def fmt_bytes(b):
-    if b is None:
+def fmt_scaled(v, units, last):
+    """v in the first of `units` ((divisor, text), largest first) it reaches, else `last`."""
+    if v is None:
         return "-"
-    for div, suf in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(b) >= div:
-            return f"{b / div:.4g} {suf}"
-    return f"{b:.0f} B"
+    for div, text in units:
+        if abs(v) >= div:
+            return f"{v / div:.4g}{text}"
+    return last.format(v)
+
+
+def fmt_bytes(b):
+    return fmt_scaled(b, ((1 << 30, " GiB"), (1 << 20, " MiB"), (1 << 10, " KiB")), "{:.0f} B")
 
 
 def fmt_s(s):
@@ -162,12 +167,7 @@ def fmt_s(s):
 
 
 def fmt_rate(v):
-    if v is None:
-        return "-"
-    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.4g}{suf}/s"
-    return f"{v:.4g}/s"
+    return fmt_scaled(v, ((1e9, "G/s"), (1e6, "M/s"), (1e3, "k/s")), "{:.4g}/s")
 
 
 def fmt_pct(p):
