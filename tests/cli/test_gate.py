@@ -221,9 +221,19 @@ class MfuDenominatorTest(unittest.TestCase):
         cores = physical_cores()
         load_before = os.getloadavg()[0]
         one, four = [], []
-        for i in range(2):  # interleaved: a change of load reaches both sides
+
+        def ratio():  # least disturbed run per side: other load only lowers MFU
+            return max(t["mfu"] for t in four) / max(t["mfu"] for t in one)
+
+        # Interleaved pairs, so a change of load reaches both sides; one run per side varies by
+        # about 10 % here even on an idle machine, so up to 6 pairs are drawn and the test stops
+        # at the first agreement. The topology's denominator (4 "devices" on 2 cores) gives a
+        # ratio near 0.5, which no number of pairs brings inside the bound.
+        for i in range(6):
             one.append(self.mfu_run(tmp / f"one{i}.json", 1))
             four.append(self.mfu_run(tmp / f"four{i}.json", 4))
+            if i >= 1 and abs(ratio() - 1) < MFU_AGREEMENT:
+                break
         for tp, ranks in ((one[0], 1), (four[0], 4)):
             basis = tp["peak_basis"]
             self.assertEqual(basis["definition"], "hardware")
@@ -239,10 +249,8 @@ class MfuDenominatorTest(unittest.TestCase):
             self.skipTest(f"load average {load_before:.1f} on {cores} cores before the runs: "
                           f"other jobs take the cores, so the MFU ratio is the machine's, not "
                           f"the denominator's (the denominator itself was checked above)")
-        # least disturbed run per side: other load only lowers MFU
-        ratio = max(t["mfu"] for t in four) / max(t["mfu"] for t in one)
-        self.assertLess(abs(ratio - 1), MFU_AGREEMENT,
-                        f"MFU 4 ranks / 1 rank = {ratio:.3f} ({[t['mfu'] for t in four]} vs "
+        self.assertLess(abs(ratio() - 1), MFU_AGREEMENT,
+                        f"MFU 4 ranks / 1 rank = {ratio():.3f} ({[t['mfu'] for t in four]} vs "
                         f"{[t['mfu'] for t in one]})")
 
 
