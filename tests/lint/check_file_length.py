@@ -9,22 +9,19 @@ import os
 import sys
 import tempfile
 
+from check_function_length import source_files
+
 LIMIT = 250
 SCANNED = ("strategies",)
 
 
 def long_files(root):
     out = []
-    for top in SCANNED:
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            for name in sorted(files):
-                if not name.endswith((".cc", ".h", ".cu", ".cuh")):
-                    continue
-                path = os.path.join(dirpath, name)
-                with open(path, encoding="utf-8") as f:
-                    n = sum(1 for _ in f)
-                if n > LIMIT:
-                    out.append((os.path.relpath(path, root), n))
+    for path in source_files(root, SCANNED):
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            n = sum(1 for _ in f)
+        if n > LIMIT:
+            out.append((path, n))
     return sorted(out)
 
 

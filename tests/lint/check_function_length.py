@@ -42,18 +42,22 @@ def scan(path, lines, pad):
     return out
 
 
-def long_functions(root):
-    out = []
-    for top in SCANNED:
+def source_files(root, tops):
+    """Paths (relative to root) of the C++ and CUDA sources below the folders `tops`."""
+    for top in tops:
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
-                if not name.endswith((".cc", ".h", ".cu", ".cuh")):
-                    continue
-                path = os.path.relpath(os.path.join(dirpath, name), root)
-                with open(os.path.join(root, path), encoding="utf-8") as f:
-                    lines = f.read().split("\n")
-                for indent in (0, 2):
-                    out += scan(path, lines, " " * indent)
+                if name.endswith((".cc", ".h", ".cu", ".cuh")):
+                    yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def long_functions(root):
+    out = []
+    for path in source_files(root, SCANNED):
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        for indent in (0, 2):
+            out += scan(path, lines, " " * indent)
     return out
 
 
