@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,9 @@ int main(int argc, char** argv) {
   } catch (const sb::UsageError& e) {
     std::fprintf(stderr, "shardbench: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {  // a bug, not bad input: one line and exit 1, no abort
+    std::fprintf(stderr, "shardbench: internal error (please report): %s\n", e.what());
+    return 1;
   }
   return 0;
 }

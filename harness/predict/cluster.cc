@@ -213,14 +213,14 @@ KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
                                       {"dequantize_elems_per_s",
                                        &KernelModel::dequantize_elems_per_s}};
   for (const Field& f : kFields) k.*f.at = num(j, f.key, k.*f.at);
-  k.sm_count = int(num(j, "sm_count", def.sm_count));
-  k.comm_sms = int(num(j, "comm_sms", def.comm_sms));
+  k.sm_count = count(j, "sm_count", def.sm_count);
+  k.comm_sms = count(j, "comm_sms", def.comm_sms);
   if (j.contains("validated")) {
     if (!j["validated"].is_boolean())
       throw std::invalid_argument("cluster key 'kernels.validated' must be true or false");
     k.validated = j["validated"].get<bool>();
   }
-  k.source = j.value("source", def.source);
+  k.source = text(j, "source", def.source);
   if (k.sm_count < 0 || k.comm_sms < 0 || k.gemm_ceiling < 0 || k.gemm_ceiling > 1 ||
       k.mem_bw_fraction <= 0 || k.mem_bw_fraction > 1 || k.flash_fwd < 0 || k.flash_fwd > 1 ||
       k.flash_bwd < 0 || k.flash_bwd > 1 || k.launch_s < 0 || k.launch_s > 1 ||
@@ -362,7 +362,13 @@ Cluster load_cluster(const std::string& name_or_path) {
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
   }
-  return cluster_from_json(j);
+  try {  // a key of the wrong JSON type is bad input too, named with its file
+    return cluster_from_json(j);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
+  }
 }
 
 }  // namespace sb
