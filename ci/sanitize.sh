@@ -17,6 +17,8 @@ asan_build() {
 }
 phase "asan build" asan_build
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export SB_CALIBRATION_CACHE="$PWD/build-asan/calibration_cache.json"  # as ci/test.sh's
+rm -f "$SB_CALIBRATION_CACHE"
 # OpenMPI's own allocations are not ours to fix: no leak report, but every other error aborts.
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 select=(-L '^(unit|sweep|fuzz|sanitize)$' -LE netns)

@@ -2,9 +2,15 @@
 // loaded machine shows up as a wide [min, max] in config.mfu_peak.
 #include "bench/cli/peak_calibration.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -158,6 +164,47 @@ PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who) {
   const QuantizerRates q = measure_quantizer();
   p.quantize_elems_per_s = q.quantize;
   p.dequantize_elems_per_s = q.dequantize;
+  return p;
+}
+
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::optional<PeakCalibration> cached_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.at("host").get<std::string>() != host_name()) return std::nullopt;
+    return PeakCalibration::from_json(j.at("calibration"));
+  } catch (const std::exception&) {  // a torn or foreign file: measure again
+    return std::nullopt;
+  }
+}
+
+void write_cache(const std::string& path, const PeakCalibration& p) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::ofstream(tmp) << nlohmann::json{{"host", host_name()}, {"calibration", p.to_json()}};
+  std::rename(tmp.c_str(), path.c_str());  // atomic: a concurrent reader sees old or new
+}
+
+}  // namespace
+
+PeakCalibration calibrate_cpu_once(double peak_gflops, const std::string& who) {
+  const char* cache = std::getenv("SB_CALIBRATION_CACHE");
+  if (cache == nullptr || *cache == '\0' || peak_gflops > 0)
+    return calibrate_cpu(peak_gflops, who);
+  if (std::optional<PeakCalibration> p = cached_calibration(cache)) {
+    p->source += fmt::format("; reused from SB_CALIBRATION_CACHE={}", cache);
+    return *p;
+  }
+  const PeakCalibration p = calibrate_cpu(peak_gflops, who);
+  write_cache(cache, p);
   return p;
 }
 

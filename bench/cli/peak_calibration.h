@@ -53,6 +53,14 @@ QuantizerRates measure_quantizer(int repeats = 5, double block_s = 0.03);
 // measured sgemm, with the triad bandwidth and the quantiser measured in the same process.
 PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who);
 
+// calibrate_cpu, measured once per machine where SB_CALIBRATION_CACHE names a file (the test
+// command's: hundreds of short runs in a row on one idle machine, ~1.4 s of calibration each).
+// The first run measures and writes the file; a later run on the same host reuses it, and its
+// source says so ("... reused from SB_CALIBRATION_CACHE=FILE"). An unreadable file, another
+// host's or --peak-gflops: measured as without it. Without the variable (users, the nightly):
+// every run measures.
+PeakCalibration calibrate_cpu_once(double peak_gflops, const std::string& who);
+
 // A fixed figure (--peak-gflops, or a GPU datasheet): no spread.
 PeakCalibration fixed_peak(double gflops, const std::string& source);
 

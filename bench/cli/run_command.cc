@@ -61,7 +61,7 @@ int world_rank_from_env() {
 // (waiting in MPI_Init) do not compete for its core. Shared by broadcast once MPI is up.
 PeakCalibration initial_cpu_peak(const RunArgs& a) {
   if (!a.peak_calibration.empty()) return PeakCalibration::from_flag(a.peak_calibration);
-  if (world_rank_from_env() == 0) return calibrate_cpu(a.peak_gflops, "rank 0");
+  if (world_rank_from_env() == 0) return calibrate_cpu_once(a.peak_gflops, "rank 0");
   return {};
 }
 
@@ -282,7 +282,7 @@ std::optional<int> launch(const RunArgs& a, const RunConfig& cfg, int argc, char
   if (a.hosts.empty() && (a.np == 0 || inside_mpi_job())) return std::nullopt;
   const std::string peak = cfg.device != "cpu" || !a.peak_calibration.empty()
                                ? a.peak_calibration
-                               : calibrate_cpu(a.peak_gflops, "the launcher").to_flag();
+                               : calibrate_cpu_once(a.peak_gflops, "the launcher").to_flag();
   if (!a.hosts.empty())  // [two-host] namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv, peak);
   return launch_mpirun(a, argc, argv, peak);

@@ -677,6 +677,15 @@ class CliSurfaceTest(unittest.TestCase):
         commit = words[-1].rstrip(")")
         self.assertTrue(commit == "unknown" or len(commit) == 40, p.stdout)
 
+    def test_the_command_does_not_load_cublas_to_start(self):
+        # cuBLAS is opened by the CUDA device on first use (harness/device/cuda/cublas_api.h):
+        # linked, its set-up cost every process 0.4 s at start (a run: launcher + each rank)
+        p = subprocess.run(["readelf", "-d", SB], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", p.stdout)
+        self.assertTrue(any(n.startswith("libc.so") for n in needed), p.stdout)
+        self.assertFalse([n for n in needed if n.startswith("libcublas")], needed)
+
     def test_help_is_grouped_and_ends_with_examples(self):
         helps = {}
         for cmd in ("run", "predict"):

@@ -73,12 +73,12 @@ def numpy_add_bandwidth():
     return statistics.median(rates)
 
 
-def run(out, *extra, launcher=True):
+def run(out, *extra, launcher=True, env=ENV):
     args = ["run", "--model", MODEL, "--strategies", "ddp,zero2", "--steps", "30", "--warmup",
             "2", "--batch", "2", "--out", str(out), "--quiet", *extra]
     cmd = [SB, *args, "--np", "1"] if launcher else \
         ["mpirun", "-np", "1", "--oversubscribe", "--bind-to", "none", SB, *args]
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return json.loads(Path(out).read_text())
 
@@ -144,11 +144,15 @@ class GateTest(unittest.TestCase):
                 self.assertEqual(verdicts[(strategy, "model_state_optimizer_bytes")], "same", out)
 
 
+# Without the test command's calibration cache (ci/test.sh): every run measures.
+MEASURING = {k: v for k, v in ENV.items() if k != "SB_CALIBRATION_CACHE"}
+
+
 class PeakCalibrationTest(unittest.TestCase):
     def test_launcher_agrees_with_a_rank_and_resume_keeps_the_value(self):
         tmp = Path(tempfile.mkdtemp(prefix="sbpeak"))
-        launcher = run(tmp / "launcher.json")["config"]["mfu_peak"]
-        rank = run(tmp / "rank.json", launcher=False)["config"]["mfu_peak"]
+        launcher = run(tmp / "launcher.json", env=MEASURING)["config"]["mfu_peak"]
+        rank = run(tmp / "rank.json", launcher=False, env=MEASURING)["config"]["mfu_peak"]
         self.assertIn("measured by the launcher", launcher["source"])
         self.assertIn("measured by rank 0", rank["source"])
         for p in (launcher, rank):
@@ -176,12 +180,38 @@ class PeakCalibrationTest(unittest.TestCase):
         doc["results"] = doc["results"][:1]
         doc["config"]["mfu_peak"]["per_device_flops"] = 12.5e9  # unmistakable
         path.write_text(json.dumps(doc))
-        resumed = run(path, "--resume")
+        resumed = run(path, "--resume", env=MEASURING)
         self.assertEqual(resumed["config"]["mfu_peak"]["per_device_flops"], 12.5e9)
         for r in resumed["results"]:  # the calibration, then how the devices were counted
             self.assertTrue(r["throughput"]["peak_flops_source"].startswith(launcher["source"]))
         rerun = resumed["results"][1]  # zero2, measured again under the file's denominator
         self.assertEqual(rerun["throughput"]["peak_flops"], 12.5e9)  # 1 rank: 1 core
+
+
+    def test_the_cache_is_measured_once_per_host_and_says_so(self):
+        tmp = Path(tempfile.mkdtemp(prefix="sbcache"))
+        cache = tmp / "calibration.json"
+        env = dict(MEASURING, SB_CALIBRATION_CACHE=str(cache))
+        first = run(tmp / "a.json", env=env)["config"]["mfu_peak"]
+        self.assertIn("measured by the launcher", first["source"])
+        self.assertNotIn("reused", first["source"])
+        self.assertTrue(cache.exists())
+        # a rank without a launcher reads the same file
+        second = run(tmp / "b.json", launcher=False, env=env)["config"]["mfu_peak"]
+        self.assertIn(f"reused from SB_CALIBRATION_CACHE={cache}", second["source"])
+        for key in ("per_device_flops", "min_flops", "max_flops", "mem_bw_bytes_per_s",
+                    "quantize_elems_per_s"):
+            self.assertAlmostEqual(second[key] / first[key], 1.0, places=4, msg=key)
+        # another host's file, or a torn one, is measured again (and replaced)
+        for content in (json.dumps(dict(json.loads(cache.read_text()), host="elsewhere")),
+                        "{not json"):
+            cache.write_text(content)
+            again = run(tmp / "c.json", env=env)["config"]["mfu_peak"]
+            self.assertNotIn("reused", again["source"])
+            self.assertNotEqual(json.loads(cache.read_text())["host"], "elsewhere")
+        # --peak-gflops is a fixed figure, never the cache's
+        fixed = run(tmp / "d.json", "--peak-gflops", "50", env=env)["config"]["mfu_peak"]
+        self.assertEqual(fixed["per_device_flops"], 50e9)
 
 
 def physical_cores():

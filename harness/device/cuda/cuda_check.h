@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "harness/common/check.h"
+#include "harness/device/cuda/cublas_api.h"
 
 #define SB_CUDA_CHECK(expr)                                                             \
   do {                                                                                  \
@@ -26,7 +27,8 @@
     cublasStatus_t sb_cublas_st_ = (expr);                                                 \
     if (sb_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
       ::sb::fatal(__FILE__, __LINE__,                                                      \
-                  std::string("cuBLAS error ") + cublasGetStatusName(sb_cublas_st_) + ": " + \
-                      cublasGetStatusString(sb_cublas_st_) + " in " #expr);                \
+                  std::string("cuBLAS error ") +                                          \
+                      ::sb::cublas_api().status_name(sb_cublas_st_) + ": " +              \
+                      ::sb::cublas_api().status_string(sb_cublas_st_) + " in " #expr);    \
     }                                                                                      \
   } while (0)

@@ -55,8 +55,8 @@ CudaDevice::CudaDevice(int device_index) : index_(device_index) {
   allow_tf32_ = tf32 != nullptr && std::string(tf32) == "1";
   // Non-blocking: the legacy default stream must not serialise compute with NCCL's stream.
   SB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  SB_CUBLAS_CHECK(cublasCreate(&cublas_));
-  SB_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  SB_CUBLAS_CHECK(cublas_api().create(&cublas_));
+  SB_CUBLAS_CHECK(cublas_api().set_stream(cublas_, stream_));
   // Freed blocks are kept and handed out again, re-zeroed on the compute stream: in stream
   // order after their last user, and without cudaFree's device-wide synchronisation.
   cache_ = std::make_unique<CachingAllocator>(
@@ -72,7 +72,7 @@ CudaDevice::~CudaDevice() {
   for (auto& slot : operand_) slot.reset();  // into the workspace tracker, which must be alive
   cache_.reset();  // cudaFree of the cached blocks; live ones are their owners' (none by now)
   if (scratch_ != nullptr) cudaFree(scratch_);
-  cublasDestroy(cublas_);
+  cublas_api().destroy(cublas_);
   cudaStreamDestroy(stream_);
 }
 
@@ -186,7 +186,7 @@ void CudaDevice::gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, f
     const int rb = trans_b ? n : k, cb = trans_b ? k : n;
     const uint16_t* a16 = bf16_operand(0, a, ra, ca, lda, stride_a, batch);
     const uint16_t* b16 = bf16_operand(1, b, rb, cb, ldb, stride_b, batch);
-    SB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    SB_CUBLAS_CHECK(cublas_api().gemm_strided_batched_ex(
         cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b16, CUDA_R_16BF, cb,
         (long long)rb * cb, a16, CUDA_R_16BF, ca, (long long)ra * ca, &beta, c, CUDA_R_32F, ldc,
         stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -194,11 +194,11 @@ void CudaDevice::gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, f
   }
   cublasComputeType_t ct = allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   if (batch == 1) {
-    SB_CUBLAS_CHECK(cublasGemmEx(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
+    SB_CUBLAS_CHECK(cublas_api().gemm_ex(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
                                  CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &beta, c, CUDA_R_32F, ldc,
                                  ct, CUBLAS_GEMM_DEFAULT));
   } else {
-    SB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    SB_CUBLAS_CHECK(cublas_api().gemm_strided_batched_ex(
         cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b, CUDA_R_32F, ldb, stride_b, a,
         CUDA_R_32F, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c, batch, ct,
         CUBLAS_GEMM_DEFAULT));
@@ -216,7 +216,7 @@ void CudaDevice::gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, floa
                            void* c, DType c_type, int ldc) {
   if (m == 0 || n == 0) return;
   cudaDataType_t ctype = c_type == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
-  SB_CUBLAS_CHECK(cublasGemmEx(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
+  SB_CUBLAS_CHECK(cublas_api().gemm_ex(cublas_, op(trans_b), op(trans_a), n, m, k, &alpha, b,
                                CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, c, ctype, ldc,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
