@@ -356,18 +356,17 @@ Cluster load_cluster(const std::string& name_or_path) {
     throw std::invalid_argument("--cluster " + name_or_path + ": not a preset (" + names.substr(1) +
                                 ") nor a readable JSON file");
   }
-  nlohmann::json j;
+  // Malformed JSON, a key of the wrong JSON type or a value out of range: one refusal naming
+  // the file.
+  const auto refuse = [&](const std::exception& e) {
+    return std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
+  };
   try {
-    f >> j;
+    return cluster_from_json(nlohmann::json::parse(f));
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
-  }
-  try {  // a key of the wrong JSON type is bad input too, named with its file
-    return cluster_from_json(j);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
+    throw refuse(e);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--cluster " + name_or_path + ": " + e.what());
+    throw refuse(e);
   }
 }
 

@@ -25,7 +25,7 @@ void leaves(const Json& j, const Json::json_pointer& at, std::vector<Json::json_
   }
 }
 
-// Values of another type than `v`, and numbers no key accepts as a whole count or fraction.
+// Values of other JSON types than `v` (out-of-range numbers: CountsFarOutOfRangeAreRefused).
 std::vector<Json> wrong_values(const Json& v) {
   std::vector<Json> out = {Json::array(), Json::object(), nullptr};
   if (!v.is_string()) out.push_back("text");
