@@ -30,6 +30,13 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OPENBLAS_NUM_THREADS="1")
 
 
+def commit():
+    """The checkout's short commit (with -dirty when it has changes): what the figures are of."""
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                         text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def registry(sb):
     """The binary's strategy names, from its one-line refusal of an unknown one."""
     out = subprocess.run([sb, "predict", "--strategies", "?"], capture_output=True, text=True,
@@ -107,7 +114,7 @@ def main():
     load1 = os.getloadavg()[0]
     print(f"model {args.model}, batch {args.batch}, {args.steps} steps after {args.warmup} "
           f"warm-up; {args.repeats} round(s); load average {load0:.2f} before, {load1:.2f} after; "
-          f"{datetime.date.today()}")
+          f"{datetime.date.today()}, commit {commit()}")
     print(f"{'world':>5} {'strategy':<24} {'alone s':>8} {'list s':>8} {'reversed':>8} "
           f"{'worst':>7} {'vs ddp':>7} {'rounds':>7}")
     for r in rows:
