@@ -28,7 +28,8 @@ nlohmann::json PeakCalibration::to_json() const {
           {"max_flops", max_gflops * 1e9},    {"repeats", repeats},
           {"source", source},                 {"mem_bw_bytes_per_s", mem_bw_bytes_per_s},
           {"quantize_elems_per_s", quantize_elems_per_s},
-          {"dequantize_elems_per_s", dequantize_elems_per_s}};
+          {"dequantize_elems_per_s", dequantize_elems_per_s},
+          {"gemm_mix_flops", gemm_mix_gflops * 1e9}, {"gemm_mix_shapes", gemm_mix_shapes}};
 }
 
 PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
@@ -41,13 +42,15 @@ PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
   p.mem_bw_bytes_per_s = j.value("mem_bw_bytes_per_s", 0.0);
   p.quantize_elems_per_s = j.value("quantize_elems_per_s", 0.0);
   p.dequantize_elems_per_s = j.value("dequantize_elems_per_s", 0.0);
+  p.gemm_mix_gflops = j.value("gemm_mix_flops", 0.0) / 1e9;
+  p.gemm_mix_shapes = j.value("gemm_mix_shapes", 0);
   return p;
 }
 
 std::string PeakCalibration::to_flag() const {
-  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{:.6g},{:.6g},{}", gflops, min_gflops,
-                     max_gflops, repeats, mem_bw_bytes_per_s, quantize_elems_per_s,
-                     dequantize_elems_per_s, source);
+  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{:.6g},{:.6g},{:.4f},{},{}", gflops,
+                     min_gflops, max_gflops, repeats, mem_bw_bytes_per_s, quantize_elems_per_s,
+                     dequantize_elems_per_s, gemm_mix_gflops, gemm_mix_shapes, source);
 }
 
 PeakCalibration PeakCalibration::from_flag(const std::string& s) {
@@ -67,6 +70,8 @@ PeakCalibration PeakCalibration::from_flag(const std::string& s) {
   p.mem_bw_bytes_per_s = std::stod(field());
   p.quantize_elems_per_s = std::stod(field());
   p.dequantize_elems_per_s = std::stod(field());
+  p.gemm_mix_gflops = std::stod(field());
+  p.gemm_mix_shapes = std::stoi(field());
   p.source = s.substr(pos);
   return p;
 }
@@ -155,6 +160,35 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
   rates = block_rates(repeats, block_s, double(n), dequantize);
   r.dequantize = rates[rates.size() / 2];
   return r;
+}
+
+double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
+                        double per_shape_s) {
+  openblas_set_num_threads(1);
+  auto dev = make_cpu_device();
+  double flops = 0, seconds = 0;
+  for (const auto& [g, count] : calls) {
+    const size_t a_elems = size_t(g.m) * size_t(g.k), b_elems = size_t(g.k) * size_t(g.n);
+    std::vector<float> a(a_elems, 0.5f), b(b_elems, 0.25f), c(size_t(g.m) * size_t(g.n));
+    const int lda = int(g.trans_a ? g.m : g.k), ldb = int(g.trans_b ? g.k : g.n);
+    auto gemm = [&] {
+      dev->gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, a.data(), lda,
+                b.data(), ldb, 0.0f, c.data(), int(g.n));
+    };
+    gemm();  // warm-up: page in the operands and BLAS's buffers
+    const double call_flops = 2.0 * double(g.m) * double(g.n) * double(g.k);
+    const double rate = block_rates(1, per_shape_s, call_flops, gemm).front();  // FLOP/s
+    flops += call_flops * double(count);
+    seconds += call_flops * double(count) / rate;
+  }
+  return seconds > 0 ? flops / seconds / 1e9 : 0;
+}
+
+PeakCalibration with_gemm_mix(PeakCalibration p,
+                              const std::vector<std::pair<GemmCall, uint64_t>>& calls) {
+  p.gemm_mix_gflops = measure_gemm_mix(calls);
+  p.gemm_mix_shapes = int(calls.size());
+  return p;
 }
 
 PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who) {

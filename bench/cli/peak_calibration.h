@@ -4,9 +4,14 @@
 // keeps the file's value. Does not decide what MFU divides by (devices; run_command.cc).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "harness/predict/kernel_cost.h"
 
 namespace sb {
 
@@ -22,6 +27,10 @@ struct PeakCalibration {
   // ZeRO++'s quantiser (strategies/quantize.cc) on the same core, elements/s of a quantise and
   // of a dequantise pass, for the same cluster. 0: not measured (older files).
   double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
+  // The run's own GEMMs on the same core (measure_gemm_mix): GFLOP/s over its distinct
+  // shapes, FLOP-weighted, for the same cluster's GEMM rate. 0: not measured (older files).
+  double gemm_mix_gflops = 0;
+  int gemm_mix_shapes = 0;
 
   nlohmann::json to_json() const;  // config.mfu_peak
   static PeakCalibration from_json(const nlohmann::json& j);  // throws on a malformed value
@@ -48,6 +57,17 @@ struct QuantizerRates {
   double quantize = 0, dequantize = 0;
 };
 QuantizerRates measure_quantizer(int repeats = 5, double block_s = 0.03);
+
+// The rate of a step's own GEMMs on one core with one BLAS thread: each distinct shape of
+// `calls` (predict.h's step_gemm_calls) timed on the CPU device for at least `per_shape_s`
+// after one warm-up call, weighted by the FLOPs the step spends in it: the step's GEMM FLOPs
+// over their time, GFLOP/s (0 for none). The square 768^3 of the MFU peak is one shape;
+// `small`'s thin ones (k = 256) run 86-96 % of it (sb_micro_bench's gemm/ rows).
+double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
+                        double per_shape_s = 0.01);
+// p with the GEMM mix of `calls` measured in this process (not cached: it is the model's).
+PeakCalibration with_gemm_mix(PeakCalibration p,
+                              const std::vector<std::pair<GemmCall, uint64_t>>& calls);
 
 // What the launcher (or rank 0 without one) hands the ranks: --peak-gflops's figure or the
 // measured sgemm, with the triad bandwidth and the quantiser measured in the same process.

@@ -56,12 +56,23 @@ int world_rank_from_env() {
   return inside_mpi_job() ? -1 : 0;
 }
 
+// The CPU calibration with the rate of this run's own GEMM shapes (the embedded prediction's
+// GEMM rate); without a dry run of the config (it is refused later, with its reason), none.
+PeakCalibration calibrate_cpu_for(const RunArgs& a, const RunConfig& cfg, const char* who) {
+  std::vector<std::pair<GemmCall, uint64_t>> calls;
+  try {
+    calls = step_gemm_calls(cfg.model, cfg.batch_per_rank, cfg.options);
+  } catch (const std::exception&) {
+  }
+  return with_gemm_mix(calibrate_cpu_once(a.peak_gflops, who), calls);
+}
+
 // The CPU's MFU denominator as this rank first knows it: --peak-gflops, the launcher's
 // calibration, or measured here by world rank 0 alone, before MPI starts, so the other ranks
 // (waiting in MPI_Init) do not compete for its core. Shared by broadcast once MPI is up.
-PeakCalibration initial_cpu_peak(const RunArgs& a) {
+PeakCalibration initial_cpu_peak(const RunArgs& a, const RunConfig& cfg) {
   if (!a.peak_calibration.empty()) return PeakCalibration::from_flag(a.peak_calibration);
-  if (world_rank_from_env() == 0) return calibrate_cpu_once(a.peak_gflops, "rank 0");
+  if (world_rank_from_env() == 0) return calibrate_cpu_for(a, cfg, "rank 0");
   return {};
 }
 
@@ -177,15 +188,18 @@ RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
     cal.mem_bw_bytes_per_s = peak.mem_bw_bytes_per_s;
     cal.quantize_elems_per_s = peak.quantize_elems_per_s;
     cal.dequantize_elems_per_s = peak.dequantize_elems_per_s;
+    cal.gemm_mix_flops = peak.gemm_mix_gflops * 1e9;
     cal.host_cores = host_cores;
     cal.ranks_per_node = topo.ranks_per_node();
     cal.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     cal.source = fmt::format(
         "this run's calibration: {:.1f} GFLOP/s per core ({}); triad {:.2f} GB/s per core "
         "(one thread, 3 x 32 MiB); quantiser {:.0f} / {:.0f} Melem/s (quantise / dequantise, "
-        "one thread, 1 Mi fp32); {} physical core(s); {:.1f} GB RAM",
+        "one thread, 1 Mi fp32); the step's GEMMs {:.1f} GFLOP/s ({} shapes, FLOP-weighted, "
+        "one thread; 0: not measured); {} physical core(s); {:.1f} GB RAM",
         peak.gflops, peak.source, peak.mem_bw_bytes_per_s / 1e9, peak.quantize_elems_per_s / 1e6,
-        peak.dequantize_elems_per_s / 1e6, host_cores, cal.memory_bytes / 1e9);
+        peak.dequantize_elems_per_s / 1e6, peak.gemm_mix_gflops, peak.gemm_mix_shapes,
+        host_cores, cal.memory_bytes / 1e9);
     return {calibrated_cpu_cluster(cal), ""};
   }
   const std::string preset = preset_for_cuda_device(device_name);
@@ -282,7 +296,7 @@ std::optional<int> launch(const RunArgs& a, const RunConfig& cfg, int argc, char
   if (a.hosts.empty() && (a.np == 0 || inside_mpi_job())) return std::nullopt;
   const std::string peak = cfg.device != "cpu" || !a.peak_calibration.empty()
                                ? a.peak_calibration
-                               : calibrate_cpu_once(a.peak_gflops, "the launcher").to_flag();
+                               : calibrate_cpu_for(a, cfg, "the launcher").to_flag();
   if (!a.hosts.empty())  // [two-host] namespace hosts on this machine (ci/two_host.sh)
     return launch_two_hosts(a, argc, argv, peak);
   return launch_mpirun(a, argc, argv, peak);
@@ -560,7 +574,7 @@ int run_command(const RunArgs& a, int argc, char** argv) {
   RunConfig cfg = to_run_config(a, &bound);  // throws UsageError before any MPI
   if (const std::optional<int> launched = launch(a, cfg, argc, argv)) return *launched;
   Watchdog::set_timeout(a.timeout_s);
-  PeakCalibration peak = cfg.device == "cpu" ? initial_cpu_peak(a) : PeakCalibration{};
+  PeakCalibration peak = cfg.device == "cpu" ? initial_cpu_peak(a, cfg) : PeakCalibration{};
   MpiRuntime mpi(&argc, &argv);
   Job j{a, bound, cfg, job_topology(a, cfg, bound, mpi), mpi};
   const std::unique_ptr<OutputLock> out_lock = claim_output(a.out, a.trace, mpi);

@@ -263,6 +263,14 @@ Cluster calibrated_cpu_cluster(const CpuCalibration& cal) {
   if (cal.quantize_elems_per_s > 0) c.kernels.quantize_elems_per_s = cal.quantize_elems_per_s;
   if (cal.dequantize_elems_per_s > 0)
     c.kernels.dequantize_elems_per_s = cal.dequantize_elems_per_s;
+  if (cal.gemm_mix_flops > 0 && cal.sgemm_flops > 0) {
+    // GEMMs at the rate the run's own shapes measured; the CPU's fused attention is not BLAS
+    // and keeps the ceiling it had (the sgemm's rate).
+    c.kernels.flash_fwd = c.kernels.flash_bwd = c.kernels.gemm_ceiling;
+    // At most the sgemm itself: the ceiling is a fraction of the peak (a mix timed above it is
+    // the two measurements' spread).
+    c.kernels.gemm_ceiling = std::min(1.0, cal.gemm_mix_flops / cal.sgemm_flops);
+  }
   c.source = cal.source + "; compute_efficiency and links: cpu-local's (" + cpu_local().source + ")";
   return c;
 }

@@ -85,6 +85,9 @@ struct CpuCalibration {
   // strategies/quantize.cc's quantise and dequantise passes on this core (elements/s); 0: not
   // measured (the cluster keeps cpu-local's figures)
   double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
+  // The run's own GEMM shapes on this core, FLOP-weighted (FLOP/s); 0: not measured (GEMMs
+  // then run at sgemm_flops, as before)
+  double gemm_mix_flops = 0;
   std::string source;          // how and when, one line
 };
 // cpu-local with the measured figures in place of the fitted ones; the links keep cpu-local's

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 
 #include "harness/device/device.h"
 #include "harness/predict/cluster.h"
@@ -17,6 +18,13 @@ enum class KernelClass { kGemm, kAttention, kNorm, kElementwise, kOptimizer, kCo
 constexpr int kNumKernelClasses = 7;
 const char* kernel_class_name(KernelClass k);
 using ClassSeconds = std::array<double, kNumKernelClasses>;
+
+// One GEMM shape a step issues: C (m x n) = op(A) op(B) over k, op = transpose where set.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  auto operator<=>(const GemmCall&) const = default;
+};
 
 // The fraction of the large-GEMM rate an m x n (x k) GEMM reaches on `sms` free SMs: the best
 // tile of cuBLAS's set, each tile's own rate relative to the largest times its output's tile

@@ -285,7 +285,19 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   if (!shape.bare) p.phases = run.phases;
   if (!shape.bare) measured.fill(p);
   fill_uncertainty(p, cfg, cluster, N);
+  p.gemm_calls.assign(clock.gemm_calls.begin(), clock.gemm_calls.end());
   return p;
+}
+
+std::vector<std::pair<GemmCall, uint64_t>> step_gemm_calls(const GptConfig& model, int batch,
+                                                          const StrategyOptions& options) {
+  PredictConfig cfg;
+  cfg.model = model_shape(model);
+  cfg.batch_per_rank = batch;
+  cfg.options = options;
+  cfg.options.mics_shard_size = 0;  // one rank: no partition to check against the world
+  cfg.stack_memory = false;
+  return predict(cfg, "ddp", load_cluster("cpu-local")).gemm_calls;
 }
 
 FitResult smallest_fitting_world(PredictConfig cfg, const std::string& strategy,

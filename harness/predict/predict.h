@@ -70,6 +70,8 @@ struct Prediction {
   // point lies outside the validated region (empty inside), where the range is doubled.
   double uncertainty = 0, step_lo_s = 0, step_hi_s = 0;
   std::string outside;
+  // Every GEMM of the dry run (setup, warm-up and measured steps) by shape: the step's mix.
+  std::vector<std::pair<GemmCall, uint64_t>> gemm_calls;
 };
 
 // The region bench/published validates (calibration and held-out runs): a device marked
@@ -104,6 +106,12 @@ nlohmann::json prediction_json(const Prediction& p);
 nlohmann::json prediction_document(const PredictConfig& cfg, const Cluster& cluster,
                                    const std::vector<nlohmann::json>& results,
                                    const nlohmann::json& knobs);
+
+// The GEMMs one rank's step issues for `model` at `batch` sequences and `options` (a 1-rank dry
+// run of ddp on cpu-local: the shapes do not depend on the strategy), by shape with their
+// relative counts: what a run measures its CPU's GEMM rate on (bench/cli/peak_calibration.h).
+std::vector<std::pair<GemmCall, uint64_t>> step_gemm_calls(const GptConfig& model, int batch,
+                                                          const StrategyOptions& options);
 
 // For `run`: the prediction of one strategy on the run's own config and topology (bytes from
 // ring_model_sent on that topology), to sit beside the measured result.

@@ -65,20 +65,20 @@ class SimDevice final : public Device {
     return !bf16_ || cluster_.bf16_matmul;
   }
 
-  void gemm(bool, bool, int m, int n, int k, float, const float*, int, const float*, int, float,
-            float*, int) override {
-    matmul(m, n, k);
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float, const float*, int,
+            const float*, int, float, float*, int) override {
+    matmul(m, n, k, trans_a, trans_b);
   }
   // y = x W^T: rows x out over in; backward dx = dy W (rows x in over out) and
   // dW = dy^T x (out x in over rows).
   void linear_forward(float*, const float*, const float*, const float*, int rows, int in,
                       int out) override {
-    matmul(rows, out, in);
+    matmul(rows, out, in, false, true);
   }
   void linear_backward(float* dx, float*, float*, const float*, const float*, const float*,
                        int rows, int in, int out) override {
-    if (dx != nullptr) matmul(rows, in, out);
-    matmul(out, in, rows);
+    if (dx != nullptr) matmul(rows, in, out, false, false);
+    matmul(out, in, rows, true, false);
   }
   void layernorm_forward(float*, float*, float*, const float*, const float*, const float*,
                          int rows, int C) override {
@@ -209,7 +209,8 @@ class SimDevice final : public Device {
   double sm_share() const {
     return sms() > 0 ? double(sms()) / contended_sms() : 1.0;
   }
-  void matmul(double m, double n, double k) {
+  void matmul(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
+    ++clock_.gemm_calls[GemmCall{trans_a, trans_b, m, n, k}];
     advance(KernelClass::kGemm, gemm_seconds(cluster_, bf16_, m, n, k, sms()),
             gemm_seconds(cluster_, bf16_, m, n, k, contended_sms()));
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 
 #include "harness/device/device.h"
@@ -29,6 +30,8 @@ struct SimClock {
   // shorter than a launch, and the slow-down of kernels that ran beside a collective.
   ClassSeconds class_s{};
   double launch_s = 0, contention_s = 0;
+  // Every GEMM the compute stream ran, by shape: what a CPU calibrates its GEMM rate on.
+  std::map<GemmCall, uint64_t> gemm_calls;
 };
 
 // PyTorch's CUDA caching allocator over the simulated device's allocations, at its peak:

@@ -134,6 +134,14 @@ class RunTest(unittest.TestCase):
         for k in ("quantize_elems_per_s", "dequantize_elems_per_s"):
             self.assertGreater(peak[k], 0, k)
             self.assertEqual(cl["kernels"][k], peak[k], k)
+        # the step's own GEMM shapes, timed in the same process, set the GEMM rate; the
+        # fused attention (not BLAS) keeps the sgemm's
+        self.assertGreater(peak["gemm_mix_shapes"], 0)
+        self.assertAlmostEqual(cl["kernels"]["gemm_ceiling"],
+                               min(1.0, peak["gemm_mix_flops"] / peak["per_device_flops"]),
+                               places=9)
+        self.assertEqual(cl["kernels"]["flash_fwd"], 1.0)
+        self.assertEqual(cl["kernels"]["flash_bwd"], 1.0)
         # the collectives' delay and shared-memory bandwidth, timed once MPI is up
         if doc["config"]["world_size"] > 1:
             self.assertIn("collective latency measured at start", cl["source"])

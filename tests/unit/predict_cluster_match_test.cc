@@ -3,6 +3,8 @@
 // run's own calibration.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "harness/device/cuda/cuda_peak.h"
 #include "harness/predict/predict.h"
 
@@ -66,6 +68,48 @@ TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
   cal.sgemm_flops /= 2;
   const double slow = predict(cfg, "ddp", calibrated_cpu_cluster(cal)).compute_s;
   EXPECT_NEAR(slow / fast, 2.0, 1e-9);
+}
+
+TEST(ClusterMatch, TheStepsOwnGemmRateSetsTheGemmTimeAndNotTheAttentions) {
+  CpuCalibration cal;
+  cal.sgemm_flops = 100e9;
+  cal.mem_bw_bytes_per_s = 20e9;
+  cal.host_cores = 2;
+  PredictConfig cfg;
+  cfg.model = model_shape(parse_predict_model("small"));
+  cfg.batch_per_rank = 4;
+  const Prediction square = predict(cfg, "ddp", calibrated_cpu_cluster(cal));
+  cal.gemm_mix_flops = 80e9;  // the model's shapes at 80 % of the square's rate
+  const Cluster c = calibrated_cpu_cluster(cal);
+  EXPECT_DOUBLE_EQ(c.kernels.gemm_ceiling, 0.8);
+  EXPECT_EQ(c.kernels.flash_fwd, 1.0);
+  EXPECT_EQ(c.kernels.flash_bwd, 1.0);
+  EXPECT_EQ(cluster_json(cluster_from_json(cluster_json(c))), cluster_json(c));
+  const Prediction mix = predict(cfg, "ddp", c);
+  const auto gemm = size_t(KernelClass::kGemm), attention = size_t(KernelClass::kAttention);
+  EXPECT_NEAR(mix.kernel_s[gemm] / square.kernel_s[gemm], 1.25, 1e-9);
+  EXPECT_DOUBLE_EQ(mix.kernel_s[attention], square.kernel_s[attention]);
+  // a mix timed above the square is the spread of two measurements: the ceiling stays 1
+  cal.gemm_mix_flops = 110e9;
+  EXPECT_EQ(calibrated_cpu_cluster(cal).kernels.gemm_ceiling, 1.0);
+}
+
+TEST(ClusterMatch, StepGemmCallsAreTheLinearsOfTheBlockForwardAndBackward) {
+  const GptConfig small = parse_predict_model("small");
+  const auto calls = step_gemm_calls(small, 4, StrategyOptions{});
+  const int64_t rows = 4 * int64_t(small.seq_len), C = small.n_embd;
+  // each linear [out, in]: y = x W^T (rows x out over in, B transposed), dx = dy W (rows x in
+  // over out), dW = dy^T x (out x in over rows, A transposed): as CpuDevice calls sgemm
+  std::map<GemmCall, uint64_t> by_shape(calls.begin(), calls.end());
+  for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+    EXPECT_TRUE(by_shape.count({false, true, rows, out, in})) << in << " -> " << out;
+    EXPECT_TRUE(by_shape.count({false, false, rows, in, out})) << in << " -> " << out;
+    EXPECT_TRUE(by_shape.count({true, false, out, in, rows})) << in << " -> " << out;
+  }
+  // the four block linears appear once per layer per pass, alike
+  const uint64_t qkv = by_shape.at({false, true, rows, 3 * C, C});
+  EXPECT_EQ(qkv % uint64_t(small.n_layer), 0u);
+  EXPECT_EQ(by_shape.at({true, false, 4 * C, C, rows}), qkv);
 }
 
 }  // namespace
