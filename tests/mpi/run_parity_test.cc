@@ -23,27 +23,28 @@ const Reference& fp32_reference() {
   return ref;
 }
 
+// The tensor holding element i of the full parameters and i's offset in it.
+std::pair<const ParamTensor*, size_t> locate(const ModelLayout& l, size_t i) {
+  size_t at = 0;
+  for (const ParamTensor& t : l.tensors) {
+    if (i < at + t.numel) return {&t, i - at};
+    at += t.numel;
+  }
+  return {nullptr, 0};
+}
+
 // Whether element i of the full parameters is in the key third of an attention qkv bias: its
 // exact gradient is zero (see bf16_update_checks), so both runs move it on rounding residue.
 bool in_key_bias(const ModelLayout& l, size_t i) {
-  size_t at = 0;
-  for (const ParamTensor& t : l.tensors) {
-    if (i < at + t.numel)
-      return t.name.find("attn.qkv.bias") != std::string::npos && i >= at + t.numel / 3 &&
-             i < at + 2 * t.numel / 3;
-    at += t.numel;
-  }
-  return false;
+  const auto [t, offset] = locate(l, i);
+  return t != nullptr && t->name.find("attn.qkv.bias") != std::string::npos &&
+         offset >= t->numel / 3 && offset < 2 * t->numel / 3;
 }
 
-// The name of the tensor holding element i of the full parameters, and the offset in it.
+// "name[offset]" of element i, for a failure message.
 std::string tensor_at(const ModelLayout& l, size_t i) {
-  size_t at = 0;
-  for (const ParamTensor& t : l.tensors) {
-    if (i < at + t.numel) return t.name + "[" + std::to_string(i - at) + "]";
-    at += t.numel;
-  }
-  return "?";
+  const auto [t, offset] = locate(l, i);
+  return t == nullptr ? "?" : t->name + "[" + std::to_string(offset) + "]";
 }
 
 TEST_P(Parity, Fp32MatchesOneRankReference) {
