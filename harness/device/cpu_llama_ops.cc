@@ -2,11 +2,11 @@
 // grouped-query K/V sharing. Plain loops in fp32 with double accumulators for the row sums;
 // the matmuls of the block are the existing linear layers.
 #include <algorithm>
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "harness/device/cpu_device.h"
+#include "harness/device/cpu_math.h"
 
 namespace sb {
 namespace {
@@ -71,7 +71,7 @@ void CpuDevice::swiglu_forward(float* out, const float* h, int rows, int F) {
     const float* g = h + size_t(r) * 2 * F;
     const float* u = g + F;
     float* o = out + size_t(r) * F;
-    for (int i = 0; i < F; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (int i = 0; i < F; ++i) o[i] = g[i] / (1.0f + fast_exp(-g[i])) * u[i];
   }
 }
 
@@ -84,7 +84,7 @@ void CpuDevice::swiglu_backward(float* dh, const float* h, const float* dout, in
     float* dg = dh + size_t(r) * 2 * F;
     float* du = dg + F;
     for (int i = 0; i < F; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float sig = 1.0f / (1.0f + fast_exp(-g[i]));
       dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
       du[i] = d[i] * g[i] * sig;
     }
