@@ -6,7 +6,7 @@
 """Run a shardbench matrix file: one MPI job per cell.
 
 usage: ci/matrix.py MATRIX.toml [--out DIR] [--baseline-dir DIR] [--cell ID ...] [--list]
-                    [--shardbench PATH] [--fresh] [-- EXTRA run FLAGS]
+                    [--check] [--shardbench PATH] [--fresh] [-- EXTRA run FLAGS]
 
 The matrix file (see ci/matrix/nightly.toml):
 
@@ -43,6 +43,11 @@ only if that run regresses in the same (strategy, metric) too: timing on a share
 run's samples show (whole runs of 4 ranks on 2 cores here differ by up to 50 %), while bytes and
 memory regress again every time. --no-confirm reports the first comparison as it is.
 
+Check (--check): every cell's workload, topology and strategy flags go through `shardbench
+predict`, which binds them with run's own options table and refuses what run would refuse (a
+knob on a precision it cannot serve, a value out of range), in a second per cell instead of
+minutes into a sweep; flags only run takes (--hosts, the link, --steps) are left to run.
+
 Exit status: 0 every cell ran and nothing regressed; 1 a regression against a baseline;
 2 bad input, a cell that failed (its others still run), or a comparison that failed.
 """
@@ -52,6 +57,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -128,6 +134,41 @@ def run_args(flags):
         elif value != "false":
             args += [f"--{key}", value]
     return args
+
+
+# run's flags that predict spells differently.
+RUN_TO_PREDICT = {"np": "world"}
+
+
+def help_defaults(sb, command):
+    """{flag: default or None} of the long flags `shardbench COMMAND --help` lists."""
+    text = subprocess.run([str(sb), command, "--help"], capture_output=True, text=True,
+                          timeout=60).stdout
+    found = re.finditer(r"^\s+(?:-\w,)?--([\w-]+)(?: [A-Z]+(?:=(\S+))?)?", text, re.M)
+    return {m[1]: m[2] for m in found}
+
+
+def check_cells(sb, cells):
+    """Each cell's flags through `shardbench predict`: [(id, refusal line)] for those refused.
+    A flag the cell leaves to run's default is given that default (run trains fp32 by default,
+    predict bf16-mixed)."""
+    run_defaults, predict_defaults = help_defaults(sb, "run"), help_defaults(sb, "predict")
+    if not run_defaults or not predict_defaults:
+        raise MatrixError(f"{sb}: `run --help` / `predict --help` printed no flags")
+    refused = []
+    for cid, flags in cells:
+        named = {RUN_TO_PREDICT.get(k, k): v for k, v in flags.items()}
+        pflags = {k: v for k, v in named.items() if k in predict_defaults}
+        for key, default in run_defaults.items():
+            if (key in predict_defaults and key not in named and default is not None
+                    and default != predict_defaults[key]):
+                pflags[key] = default
+        p = subprocess.run([str(sb), "predict", *run_args(pflags), "--cluster", "cpu-local"],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            lines = (p.stderr or p.stdout).strip().splitlines()
+            refused.append((cid, lines[-1] if lines else f"exit {p.returncode}"))
+    return refused
 
 
 def requested(flags):
@@ -265,6 +306,18 @@ def summary(entries, out_dir):
             print(f"{s:<27} " + " ".join(f"{rates.get((e['id'], s), '-'):>18}" for e in entries))
 
 
+def check_main(args, cells):
+    try:
+        refused = check_cells(Path(args.shardbench), cells)
+    except (MatrixError, OSError, subprocess.SubprocessError) as e:
+        print(f"matrix: {e}", file=sys.stderr)
+        return 2
+    for cid, line in refused:
+        print(f"matrix: {args.matrix}: cell {cid} refused: {line}", file=sys.stderr)
+    print(f"{len(cells) - len(refused)} of {len(cells)} cell(s) accepted by shardbench predict")
+    return 2 if refused else 0
+
+
 def main(argv):
     extra = []
     if "--" in argv:
@@ -279,6 +332,8 @@ def main(argv):
                     help="compare.py's smallest step-time change that counts (default 10)")
     ap.add_argument("--cell", action="append", help="run only this cell id (repeatable)")
     ap.add_argument("--list", action="store_true", help="print the cells as JSON and exit")
+    ap.add_argument("--check", action="store_true",
+                    help="check every cell's flags with `shardbench predict`, run nothing")
     ap.add_argument("--shardbench", default=str(ROOT / "build" / "shardbench"))
     ap.add_argument("--fresh", action="store_true", help="rerun cells that have a file")
     ap.add_argument("--no-confirm", action="store_true",
@@ -299,6 +354,8 @@ def main(argv):
     if args.list:
         print(json.dumps([{"id": cid, "flags": f} for cid, f in cells], indent=1))
         return 0
+    if args.check:
+        return check_main(args, cells)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries, failed, regressed = [], False, False

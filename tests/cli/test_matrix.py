@@ -201,6 +201,30 @@ class MatrixFileTest(unittest.TestCase):
                          [("fp16", "failed"), ("fp32", "ran")])
         self.assertEqual(cells_[1]["strategies"], {"ddp": "ok"})
 
+    def test_every_committed_matrix_file_is_accepted_cell_by_cell(self):
+        # A cell run refuses fails minutes into a sweep (network.toml's ZeRO++ cells once asked
+        # for qgZ on fp32 gradients): --check puts every cell through predict's binding.
+        files = sorted((ROOT / "ci" / "matrix").glob("*.toml"))
+        self.assertGreaterEqual(len(files), 2)
+        for path in files:
+            p = matrix(path, "--check", timeout=900)
+            self.assertEqual(p.returncode, 0, f"{path.name}: {p.stderr}")
+            n = len(cells(path))
+            self.assertIn(f"{n} of {n} cell(s) accepted", p.stdout)
+
+    def test_check_names_a_refused_cell_and_what_run_would_say(self):
+        # run trains fp32 by default, predict bf16-mixed: the check must use run's default.
+        m = self.write('[run]\nmodel = "tiny"\nnp = 4\nstrategies = "zero3"\n'
+                       'zero-quantized-gradients = "on"\n[axes]\n'
+                       'zero-qgz-variant = ["shipped", "suite"]\n')
+        p = matrix(m, "--check")
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        refused = [c["id"] for c in cells(m) if c["flags"]["zero-qgz-variant"] == "shipped"]
+        self.assertIn(f"cell {refused[0]} refused", p.stderr)
+        self.assertIn("on fp32 gradients", p.stderr)
+        self.assertIn("1 of 2 cell(s) accepted", p.stdout)
+
     def test_bad_matrix_files_exit_2_with_one_line(self):
         for text, needle in (('[axes]\nmodel = "tiny"\n', "axes.model"),
                              ('[run]\nmodel = "tiny"\n', "no np"),
