@@ -186,7 +186,10 @@ static std::string awaited_peers(const CollectiveOp& op) {
     return "ring predecessor rank " + std::to_string(g.ranks[(g.index + g.size() - 1) % g.size()]);
   std::string peers;
   for (int j = 0; j < g.size(); ++j)
-    if (j != g.index) peers += (peers.empty() ? "" : ",") + std::to_string(g.ranks[j]);
+    if (j != g.index) {
+      if (!peers.empty()) peers += ',';  // appended in place: GCC 12 warns (-Wrestrict) on "" + temp
+      peers += std::to_string(g.ranks[j]);
+    }
   return "its all-to-all peers (ranks " + peers + ")";
 }
 

@@ -159,7 +159,9 @@ TEST_P(QgzBytes, CountedTrafficAndCollectivesEqualTheClosedForms) {
     rs += x.kind == CollKind::kReduceScatter;
   }
   EXPECT_EQ(a2a, qgz_runs() ? 4 * eligible : 0);
-  if (qgz_runs()) EXPECT_EQ(rs, l.tensors.size() - eligible);
+  if (qgz_runs()) {
+    EXPECT_EQ(rs, l.tensors.size() - eligible);
+  }
 }
 
 std::vector<Case> cases() {
@@ -265,7 +267,9 @@ TEST(QgzParity, GradAccumAddsEveryMicroBatchsReduction) {
   for (const ParamTensor& t : l.tensors) eligible += qgz_eligible(t, run_env().topo.world_size());
   for (const LedgerEntry& x : r.step_entries) a2a += x.kind == CollKind::kAllToAll;
   EXPECT_EQ(a2a, 2 * 4 * eligible) << "four all-to-alls per eligible tensor per micro-batch";
-  if (eligible > 0) EXPECT_GT(worst, 1e-3) << "qgZ should perturb the updates";
+  if (eligible > 0) {
+    EXPECT_GT(worst, 1e-3) << "qgZ should perturb the updates";
+  }
   for (size_t s = 0; s < ref.loss.size(); ++s)
     EXPECT_NEAR(r.loss[s], ref.loss[s], 1e-2 * ref.loss[s]) << "step " << s;
   if (run_env().topo.rank() == 0)

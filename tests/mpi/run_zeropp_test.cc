@@ -250,8 +250,9 @@ TEST(QwzParity, ShippedBatchSharesQuantisationBlocksAcrossTensors) {
     const auto batched =
         check_qwz_updates(cfg, "qwZ " + case_name({Precision::kFp32, Fetch::kShipped, hpz, true}),
                           0.75, 0.75, 1.25);
-    if (run_env().topo.world_size() > 1)
+    if (run_env().topo.world_size() > 1) {
       EXPECT_GT(batched.first, per_tensor.first) << "the batch should share blocks across tensors";
+    }
   }
 }
 

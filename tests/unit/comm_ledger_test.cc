@@ -98,8 +98,9 @@ TEST(CollectiveTable, SumsMatchPositionByPosition) {
           // the broadcast chain's idle position depends on the root; the sums do not
           EXPECT_EQ(sum, group_sent_elements(kind, count, n)) << coll_name(kind) << " n=" << n;
           EXPECT_LE(most, max_position_sent_elements(kind, count, n)) << coll_name(kind);
-          if (count % uint64_t(n) == 0)
+          if (count % uint64_t(n) == 0) {
             EXPECT_EQ(most, max_position_sent_elements(kind, count, n)) << coll_name(kind);
+          }
         }
       }
 }

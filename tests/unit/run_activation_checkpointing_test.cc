@@ -141,7 +141,7 @@ TEST(ActivationCheckpointing, ActivationBytesMatchTheTrackerAndThePerLayerSaving
       for (const char* spec : {"tiny", "small", "5,48,6,20,97"}) {
         GptConfig c = parse_model(spec);
         c.attention = att;
-        const uint64_t B = 3, T = c.seq_len, C = c.n_embd, NH = c.n_head, L = c.n_layer;
+        const uint64_t B = 3, T = c.seq_len, C = c.n_embd, NH = c.n_head;
         const uint64_t A = att == AttentionKind::kFused ? B * NH * T : B * NH * T * T;
         const uint64_t per_layer =
             4 * (B * T * C + 4 * B * T + A) + (bf16 ? 2 : 4) * 16 * B * T * C;
