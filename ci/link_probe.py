@@ -94,9 +94,10 @@ def measure(ip, port, nbytes):
 
 
 def topology(argv):
-    """argv: HOSTS RANKS_PER_HOST GBPS LATENCY_MS BURST_BYTES QDISC; stdin: one JSON line per
-    path "<from> <to> {measure's JSON}". GBPS/LATENCY_MS "-" when not set."""
-    hosts, rph, gbps, lat_ms, burst, qdisc = argv
+    """argv: HOSTS RANKS_PER_HOST GBPS LATENCY_MS BURST_BYTES QDISC UNSHAPED; stdin: one JSON
+    line per path "<from> <to> {measure's JSON}". GBPS/LATENCY_MS "-" when not set; UNSHAPED:
+    the payload rate of one path before shaping, "-" for an unshaped run (its probe is that)."""
+    hosts, rph, gbps, lat_ms, burst, qdisc, unshaped = argv
     paths = []
     for line in sys.stdin:
         if not line.strip():
@@ -129,6 +130,8 @@ def topology(argv):
         "achieved_gbps": rate * 8 / 1e9,
         "achieved_wire_bytes_per_s": rate * WIRE_PER_PAYLOAD,
         "rtt_s": rtt,
+        # one stream through the unshaped veth: what this machine's cores move for all hosts
+        "unshaped_bytes_per_s": rate if unshaped == "-" else float(unshaped),
     }
     if rated:  # in tbf's units: frames
         out["rate_to_requested"] = rate * WIRE_PER_PAYLOAD / (float(gbps) * 1e9 / 8)
@@ -141,7 +144,7 @@ def main():
         serve(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) >= 2 and sys.argv[1] == "measure" and len(sys.argv) == 5:
         measure(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    elif len(sys.argv) == 8 and sys.argv[1] == "topology":
+    elif len(sys.argv) == 9 and sys.argv[1] == "topology":
         topology(sys.argv[2:])
     else:
         sys.exit(__doc__)

@@ -179,6 +179,28 @@ for ((i = 0; i < H; i++)); do
   ip netns exec "$nsX" bridge fdb replace "${macs[$i]}" dev "sv${id}p$i" master static
 done
 
+work="$(mktemp -d /tmp/sb-two-host.XXXXXX)"
+
+# One timed transfer host i -> host j of N bytes (ci/link_probe.py): its JSON line.
+probe_path() {  # i j bytes
+  ip netns exec "${hosts[$2]}" python3 "$here/link_probe.py" serve "$(ip_of "$2")" 5201 &
+  local server=$! line
+  line="$(ip netns exec "${hosts[$1]}" python3 "$here/link_probe.py" measure "$(ip_of "$2")" \
+          5201 "$3")" || { kill "$server" 2>/dev/null; return 1; }
+  wait "$server" || return 1
+  echo "$line"
+}
+
+# What one unshaped path moves (64 MiB, host 0 -> 1), before any shaping: every host's TCP
+# runs on this machine's cores, so all links together move no more than that (the embedded
+# prediction's inter fabric_bytes_per_s). An unshaped run's own probe below measures the same.
+unshaped="-"
+if [ -n "$gbps" ]; then
+  unshaped="$(probe_path 0 1 $((64 << 20)) | python3 -c \
+    'import json,sys; print(json.loads(sys.stdin.read())["rate_bytes_per_s"])')" ||
+    refuse "the timed transfer across the hosts' unshaped link failed"
+fi
+
 # The shaping: tbf (rate) on both ends of every veth, so a host's egress and its ingress from
 # the bridge each run at R; netem (delay) below tbf on the host end only, so a path host->host
 # is delayed once each way. Unshaped: pfifo, as the unshaped mode always had.
@@ -219,8 +241,6 @@ if [ -z "$gbps$lat_ms" ]; then
   done
 fi
 
-work="$(mktemp -d /tmp/sb-two-host.XXXXXX)"
-
 # The timed transfer: host i -> host i+1 (each host sends once, receives once; with two hosts
 # both directions), ~0.75 s of the requested rate (4..64 MiB; 64 MiB unshaped), one at a time.
 probe_bytes=$((64 << 20))
@@ -229,17 +249,12 @@ probe_bytes=$((64 << 20))
 measure_paths() {
   : >"$work/paths"
   for ((i = 0; i < H; i++)); do
-    local j=$(((i + 1) % H))
-    ip netns exec "${hosts[$j]}" python3 "$here/link_probe.py" serve "$(ip_of "$j")" 5201 &
-    local server=$!
-    local line
-    line="$(ip netns exec "${hosts[$i]}" python3 "$here/link_probe.py" measure "$(ip_of "$j")" \
-            5201 "$probe_bytes")" || { kill "$server" 2>/dev/null; return 1; }
-    wait "$server" || return 1
+    local j=$(((i + 1) % H)) line
+    line="$(probe_path "$i" "$j" "$probe_bytes")" || return 1
     echo "$i $j $line" >>"$work/paths"
   done
   python3 "$here/link_probe.py" topology "$H" "$G" "${gbps:--}" "${lat_ms:--}" "$burst" \
-    "$qdisc" <"$work/paths" >"$work/network.json"
+    "$qdisc" "$unshaped" <"$work/paths" >"$work/network.json"
 }
 measure_paths || refuse "the timed transfer across the hosts' link failed"
 if [ -n "$gbps" ]; then

@@ -133,6 +133,8 @@ for r in doc["results"]:
     assert abs(err) <= 0.01, err
 pi = t["prediction_inter"]
 assert pi["bw_bytes_per_s"] == t["achieved_bytes_per_s"] and pi["per_rank"] is False, pi
+# the unshaped veth, measured before shaping, is the fabric all hosts share; above the rate
+assert pi["fabric_bytes_per_s"] == t["unshaped_bytes_per_s"] > t["achieved_bytes_per_s"], pi
 # the link's half round trip, on top of the hosts' per-step delay the run measured at start
 step = doc["prediction_cluster"]["intra"]["latency_s"]
 assert step >= 0 and abs(pi["latency_s"] - step - t["rtt_s"] / 2) < 1e-12, (pi, step)
@@ -210,24 +212,30 @@ killed() {
 }
 
 prediction() {
-  for bw in 1e6 1e9; do
-    printf '{"achieved_bytes_per_s": %s, "rtt_s": 0.002, "shaping": null}\n' "$bw" \
-      >"$tmp/net$bw.json"
+  # fabric: a 1e9 link whose hosts share a 1e6 machine (unshaped_bytes_per_s): 2 hosts, each
+  # half of it, so its comm is the 1e6 link's twice over
+  printf '{"achieved_bytes_per_s": 1e9, "unshaped_bytes_per_s": 1e6, "rtt_s": 0.002}\n' \
+    >"$tmp/netfabric.json"
+  for bw in 1e6 1e9 fabric; do
+    [ "$bw" = fabric ] ||
+      printf '{"achieved_bytes_per_s": %s, "rtt_s": 0.002, "shaping": null}\n' "$bw" \
+        >"$tmp/net$bw.json"
     SB_HOSTS_NETWORK="$tmp/net$bw.json" "$sb" run --np 2 --ranks-per-node 1 --model tiny \
       --steps 1 --warmup 0 --strategies ddp --peak-gflops 1 --quiet --out "$tmp/p$bw.json" \
       >"$tmp/p$bw.log" 2>&1 || { cat "$tmp/p$bw.log"; fail "run with SB_HOSTS_NETWORK"; }
   done
   python3 - "$tmp" <<'EOF'
 import json, sys
-docs = {bw: json.load(open(f"{sys.argv[1]}/p{bw}.json")) for bw in ("1e6", "1e9")}
+docs = {bw: json.load(open(f"{sys.argv[1]}/p{bw}.json")) for bw in ("1e6", "1e9", "fabric")}
 comm = {}
 for bw, doc in docs.items():
     inter = doc["topology"]["prediction_inter"]
     # the latency: the link's half round trip plus the per-step delay measured at start
     step = doc["prediction_cluster"]["intra"]["latency_s"]
     assert step >= 0 and abs(inter["latency_s"] - 0.001 - step) < 1e-12, (inter, step)
-    assert {k: inter[k] for k in ("bw_bytes_per_s", "per_rank")} == {
-        "bw_bytes_per_s": float(bw), "per_rank": False}, inter
+    assert {k: inter[k] for k in ("bw_bytes_per_s", "per_rank", "fabric_bytes_per_s")} == {
+        "bw_bytes_per_s": 1e9 if bw == "fabric" else float(bw), "per_rank": False,
+        "fabric_bytes_per_s": 1e6 if bw == "fabric" else 0.0}, inter
     p = doc["results"][0]["prediction"]
     # 2 nodes x 1 rank: every byte a rank sends crosses, at the link's rate
     sent = p["comm"]["per_step"]["sent_bytes_inter_per_rank"]
@@ -240,6 +248,8 @@ for bw, doc in docs.items():
     print(f"inter {bw} B/s: {sent} B per rank across, predicted comm {comm[bw]:.4f} s")
     if bw == "1e6":  # bandwidth-bound: within 5 % of bytes / bandwidth
         assert abs(comm[bw] / (sent / 1e6) - 1) < 0.05, (comm[bw], sent)
+# the shared machine: each of the 2 hosts moves at half the fabric's 1e6
+assert abs(comm["fabric"] / (sent / 0.5e6) - 1) < 0.05, (comm["fabric"], sent)
 # without the latency terms, the difference is the bytes at the two rates
 diff = comm["1e6"] - comm["1e9"]
 want = sent * (1 / 1e6 - 1 / 1e9)

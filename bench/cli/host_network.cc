@@ -22,8 +22,14 @@ std::optional<nlohmann::json> hosts_network_from_env() {
 }
 
 LinkClass measured_inter_link(const nlohmann::json& network) {
-  return LinkClass{network["achieved_bytes_per_s"].get<double>(),
-                   network["rtt_s"].get<double>() / 2, false};
+  LinkClass l{network["achieved_bytes_per_s"].get<double>(), network["rtt_s"].get<double>() / 2,
+              false};
+  // The hosts' TCP runs on this one machine's cores: what one unshaped stream reached is what
+  // all hosts' links move together (older files without it: no shared limit).
+  const auto it = network.find("unshaped_bytes_per_s");
+  if (it != network.end() && it->is_number() && it->get<double>() > 0)
+    l.fabric_bytes_per_s = it->get<double>();
+  return l;
 }
 
 }  // namespace sb

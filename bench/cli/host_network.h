@@ -18,7 +18,8 @@ std::optional<nlohmann::json> hosts_network_from_env();
 
 // The measured link as the predictor's inter-node class: the payload rate of the slowest path,
 // half the round trip as the per-step latency, shared by the host's ranks (per_rank = false:
-// tbf shapes the host's one veth, whatever its ranks send).
+// tbf shapes the host's one veth, whatever its ranks send), and the unshaped veth's rate as
+// the fabric all hosts share (their TCP runs on the same cores).
 LinkClass measured_inter_link(const nlohmann::json& network);
 
 }  // namespace sb

@@ -194,6 +194,7 @@ LinkClass link_from(const nlohmann::json& j, const LinkClass& def) {
   l.bw_bytes_per_s = num(j, "bw_bytes_per_s", def.bw_bytes_per_s);
   l.latency_s = num(j, "latency_s", def.latency_s);
   l.per_rank = flag(j, "per_rank", def.per_rank);
+  l.fabric_bytes_per_s = num(j, "fabric_bytes_per_s", def.fabric_bytes_per_s);
   return l;
 }
 
@@ -294,7 +295,8 @@ nlohmann::json kernel_model_json(const KernelModel& k) {
 nlohmann::json cluster_json(const Cluster& c) {
   auto link = [](const LinkClass& l) {
     return nlohmann::json{
-        {"bw_bytes_per_s", l.bw_bytes_per_s}, {"latency_s", l.latency_s}, {"per_rank", l.per_rank}};
+        {"bw_bytes_per_s", l.bw_bytes_per_s}, {"latency_s", l.latency_s}, {"per_rank", l.per_rank},
+        {"fabric_bytes_per_s", l.fabric_bytes_per_s}};
   };
   return {{"name", c.name},
           {"device", c.device},
@@ -351,6 +353,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     bad("cuda_context_bytes, nccl_buffsize_bytes and nccl_channels must be >= 0");
   if (c.intra.bw_bytes_per_s <= 0 || c.inter.bw_bytes_per_s <= 0)
     bad("bandwidths must be positive");
+  if (c.intra.fabric_bytes_per_s < 0 || c.inter.fabric_bytes_per_s < 0)
+    bad("fabric_bytes_per_s must be >= 0 (0: no shared limit)");
   return c;
 }
 

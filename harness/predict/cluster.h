@@ -18,6 +18,10 @@ struct LinkClass {
   // NVSwitch, or a CPU core copying in shared memory); false: bw is the node's aggregate over
   // all its NICs, shared by the node's ranks (a node's egress across the network).
   bool per_rank = true;
+  // > 0: all nodes' traffic over this link class together moves at most this many bytes per
+  // second, each node's share the total over the nodes (an oversubscribed network core, or
+  // namespace hosts whose TCP runs on one machine's cores); 0: no shared limit.
+  double fabric_bytes_per_s = 0;
 };
 
 // The per-kernel time model of one device (kernel_cost.h). A cluster without it (gemm_ceiling

@@ -219,8 +219,11 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
     bw_t = double(max_rank_bytes) / (cluster_.intra.bw_bytes_per_s * eff);
   if (crosses) {
     // Senders across the boundary per node: one in a world ring, all G in the inter rings.
-    const double node_bw =
+    double node_bw =
         cluster_.inter.bw_bytes_per_s * eff * (cluster_.inter.per_rank ? inter_senders : 1.0);
+    // Every node sends its boundary bytes at once: a shared fabric gives each its share.
+    if (cluster_.inter.fabric_bytes_per_s > 0)
+      node_bw = std::min(node_bw, cluster_.inter.fabric_bytes_per_s * eff / M_);
     bw_t = std::max(bw_t, double(node_inter) / node_bw);
   }
   return latency + bw_t;

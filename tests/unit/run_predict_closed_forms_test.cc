@@ -219,5 +219,30 @@ TEST(PredictActivations, FusedAttentionDropsTheProbabilities) {
   EXPECT_EQ(naive - activation_bytes(c, B), 4 * (L + 1) * B * NH * (T * T - T));
 }
 
+// A shared fabric (LinkClass::fabric_bytes_per_s): every node's boundary bytes move at once,
+// each node at its 1/M share when that is below its own link, else at its link; intra-node
+// collectives never touch it. The bandwidth term alone: latencies and efficiency set aside.
+TEST(PredictRing, ASharedFabricGivesEachNodeItsShare) {
+  Cluster cluster = load_cluster("dgx-h100");
+  cluster.base_latency_s = cluster.intra.latency_s = cluster.inter.latency_s = 0;
+  cluster.comm_efficiency = 1;
+  const double link = cluster.inter.bw_bytes_per_s;
+  for (int M : {2, 3, 5})
+    for (GroupKind g : {GroupKind::kWorld, GroupKind::kInter, GroupKind::kIntra})
+      for (double fabric : {0.0, link, 0.5 * link * M, 4.0 * link * M}) {
+        Cluster shared = cluster;
+        shared.inter.fabric_bytes_per_s = fabric;
+        const int G = 4, N = M * G;
+        TrafficAccount alone(N, G, cluster), fab(N, G, shared);
+        const PredictedCall call{CollKind::kAllGather, g, 1u << 24, DType::kF32};
+        const double t = alone.add(call), f = fab.add(call);
+        const double share = fabric > 0 ? std::min(link, fabric / M) : link;
+        // the inter hop sets the pace of these groups on dgx-h100 (NVLink is faster)
+        const double want = g == GroupKind::kIntra ? t : t * link / share;
+        EXPECT_NEAR(f, want, 1e-9 * want) << "M=" << M << " group " << int(g) << " fabric "
+                                          << fabric;
+      }
+}
+
 }  // namespace
 }  // namespace sb
