@@ -215,7 +215,7 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
                          (steps - inter_steps) * cluster_.intra.latency_s +
                          inter_steps * cluster_.inter.latency_s;
   double bw_t = 0;
-  if (c.group != GroupKind::kInter)  // the hops inside a node
+  if (c.group != GroupKind::kInter && G_ > 1)  // the hops inside a node (none: one rank each)
     bw_t = double(max_rank_bytes) / (cluster_.intra.bw_bytes_per_s * eff);
   if (crosses) {
     // Senders across the boundary per node: one in a world ring, all G in the inter rings.

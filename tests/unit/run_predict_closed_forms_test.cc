@@ -244,5 +244,22 @@ TEST(PredictRing, ASharedFabricGivesEachNodeItsShare) {
       }
 }
 
+// One rank per node: a ring has no hop inside a node, so the node link's bandwidth (here
+// 1000x slower than the network's) must not set the pace of a world collective.
+TEST(PredictRing, OneRankPerNodeHasNoHopInsideANode) {
+  Cluster cluster = load_cluster("dgx-h100");
+  cluster.base_latency_s = cluster.intra.latency_s = cluster.inter.latency_s = 0;
+  cluster.comm_efficiency = 1;
+  cluster.intra.bw_bytes_per_s = cluster.inter.bw_bytes_per_s / 1000;
+  for (int M : {2, 3, 17}) {
+    TrafficAccount account(M, 1, cluster);
+    const uint64_t count = 1u << 24;
+    const double t = account.add({CollKind::kReduceScatter, GroupKind::kWorld, count, DType::kF32});
+    // a node sends its one rank's (M-1)/M of the buffer, over the network only
+    const double want = double(count / M * (M - 1) * 4) / cluster.inter.bw_bytes_per_s;
+    EXPECT_NEAR(t, want, 1e-6 * want) << "M=" << M;
+  }
+}
+
 }  // namespace
 }  // namespace sb
