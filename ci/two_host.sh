@@ -181,6 +181,9 @@ done
 
 work="$(mktemp -d /tmp/sb-two-host.XXXXXX)"
 
+# One key of the JSON document on stdin.
+json_key() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+
 # One timed transfer host i -> host j of N bytes (ci/link_probe.py): its JSON line.
 probe_path() {  # i j bytes
   ip netns exec "${hosts[$2]}" python3 "$here/link_probe.py" serve "$(ip_of "$2")" 5201 &
@@ -196,8 +199,7 @@ probe_path() {  # i j bytes
 # prediction's inter fabric_bytes_per_s). An unshaped run's own probe below measures the same.
 unshaped="-"
 if [ -n "$gbps" ]; then
-  unshaped="$(probe_path 0 1 $((64 << 20)) | python3 -c \
-    'import json,sys; print(json.loads(sys.stdin.read())["rate_bytes_per_s"])')" ||
+  unshaped="$(probe_path 0 1 $((64 << 20)) | json_key rate_bytes_per_s)" ||
     refuse "the timed transfer across the hosts' unshaped link failed"
 fi
 
@@ -261,8 +263,7 @@ if [ -n "$gbps" ]; then
   # Up to three transfers, the nearest the rate kept: a dip is the shared CPUs' (the sender
   # descheduled), not the link's; refused when no transfer gets within the tolerance.
   tol="${SB_INTER_RATE_TOLERANCE:-0.10}"
-  ratio() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rate_to_requested"])' \
-              "$1"; }
+  ratio() { json_key rate_to_requested <"$1"; }
   within() { awk "BEGIN{exit !($1 >= 1 - $tol && $1 <= 1 + $tol)}"; }
   r="$(ratio "$work/network.json")"
   for _ in 1 2; do

@@ -187,7 +187,7 @@ static std::string awaited_peers(const CollectiveOp& op) {
   std::string peers;
   for (int j = 0; j < g.size(); ++j)
     if (j != g.index) {
-      if (!peers.empty()) peers += ',';  // appended in place: GCC 12 warns (-Wrestrict) on "" + temp
+      if (!peers.empty()) peers += ',';  // in place: GCC 12 warns (-Wrestrict) on "" + temp
       peers += std::to_string(g.ranks[j]);
     }
   return "its all-to-all peers (ranks " + peers + ")";
