@@ -314,11 +314,21 @@ chmod +x "$work/enter_host.sh" "$work/rsh_agent.sh"
 host_list="${hosts[0]}:$G"
 for ((i = 1; i < H; i++)); do host_list+=",${hosts[$i]}:$G"; done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The TCP BTL's default flags include "put": a message over its 128 KiB pipeline length goes
+# as one fragment as large as the message. When two ranks exchange such messages both ways on
+# their one socket (a pairwise Sendrecv: MiCS's replica all-reduce, any 2-rank ring), a
+# message larger than the socket buffer (tcp_wmem's 4 MiB) makes the two directions take
+# turns: 16 MB/s each way on a 25 MB/s link, against 23.7 MB/s without "put", where the
+# message goes as 128 KiB send fragments (2 hosts x 1 rank, 1-16 MiB Sendrecv, 0.2 Gb/s;
+# docs/network.md). Every strategy's large messages take the send path, as NCCL's chunked
+# protocols do.
+tcp_flags="send,inplace,need-ack,need-csum"
 mpirun_args=(mpirun -np $((H * G)) --host "$host_list" --map-by slot --bind-to none
              --oversubscribe
              --mca plm_rsh_agent "$work/rsh_agent.sh"
              --mca pml ob1 --mca btl self,vader,tcp
              --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet"
+             --mca btl_tcp_flags "$tcp_flags"
              --mca mpi_yield_when_idle 1
              -x OPENBLAS_NUM_THREADS=1 -x "SB_HOSTS_NETWORK=$work/network.json"
              "$bin" run --ranks-per-node "$G" "${args[@]}")

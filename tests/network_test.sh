@@ -9,16 +9,20 @@
 #   killed   a rank of a shaped run SIGKILLed, then another run interrupted by SIGINT to its
 #            process group: each job ends non-zero (130 for SIGINT), and no namespace,
 #            /etc/netns entry, veth, qdisc or process of the run is left (SIGTERM: two_host test)
+#   duplex   2 hosts x 1 rank at 0.2 Gb/s, ddp on small: its 2-rank ring all-reduce exchanges
+#            ~12 MiB both ways at once on one TCP connection per step; the comm thread's busy
+#            time is within 25 % of the predicted comm time (a full-duplex link). OpenMPI's TCP
+#            BTL with its default "put" flag took turns above 4 MiB: 1.5x (ci/two_host.sh)
 #   prediction  (no namespaces) the ranks read the measured link from SB_HOSTS_NETWORK: two
 #            hand-written links 1000x apart give the embedded prediction those inter links (the
 #            latency: the file's half round trip + the per-step delay the run measured at start)
 #            and comm times of latency + inter bytes / bandwidth; a malformed file is refused
 # Exit 77 (ctest: skipped) where namespaces cannot be created (not root, no tools).
-# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|prediction
+# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|prediction
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sb="$(cd "$(dirname "${1:?usage: network_test.sh PATH/TO/shardbench MODE}")" && pwd)/$(basename "$1")"
-mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed|prediction}"
+mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|prediction}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export SB_TWO_HOST_SCRIPT="$root/ci/two_host.sh"
 
@@ -158,6 +162,24 @@ assert abs(err) <= 0.01, err
 print(f"ok   3 hosts x 1: link payload {payload} vs ledger {p['sent_bytes_inter']} ({100 * err:+.2f} %)")
 EOF
   nothing_left "3 hosts"
+}
+
+duplex() {
+  "$sb" run --hosts netns --np 2 --ranks-per-node 1 --model small --batch 1 --steps 3 \
+    --warmup 1 --quiet --inter-gbps 0.2 --strategies ddp --out "$tmp/r.json"
+  python3 - "$tmp/r.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+assert r["status"] == "ok", r
+busy = r["phases"]["median"]["comm_busy_s"]
+pred = r["prediction"]["step_time_s"]["comm"]
+sent = r["comm"]["per_step"]["sent_bytes_inter"]
+print(f"ddp 2 hosts x 1: {sent} B across per step (both ranks), comm busy {busy:.3f} s, "
+      f"predicted {pred:.3f} s ({busy / pred:.2f}x)")
+assert pred > 0.5 and busy / pred <= 1.25, (busy, pred)
+EOF
+  rm -f "$tmp/r.json"
+  nothing_left "duplex"
 }
 
 # start_shaped LOG: a shaped run of many steps in the background, in a process group of its own
