@@ -147,7 +147,9 @@ def main(argv=None):
         print("crossover: no results of a --hosts netns run (with a topology) in "
               + " ".join(args.paths), file=sys.stderr)
         return 2
-    rows.sort(key=lambda r: (r["series"], r["achieved_gbps"]))
+    # by the rate asked, unshaped last: an unshaped veth can measure below a high shaped rate
+    rows.sort(key=lambda r: (r["series"], r["requested_gbps"] is None, r["requested_gbps"] or 0,
+                             r["achieved_gbps"]))
     print(f"{'series':22} {'req Gb/s':>8} {'got Gb/s':>8} {'measured s':>10} {'predicted s':>11}"
           f" {'meas/pred':>9} {'comm meas/pred':>14} {'link payload/ledger':>19}")
     for r in rows:

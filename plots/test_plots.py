@@ -797,6 +797,16 @@ class CrossoverTest(Base):
         self.assertEqual(name({"strategy": "zero3"}, {"zero3_fetch": "per_tensor"}), "zero3/paper")
         self.assertEqual(name({"strategy": "mics"}, dict(zpp, zero3_fetch="per_tensor")), "mics")
 
+    def test_rows_go_by_the_rate_asked_and_unshaped_last(self):
+        # shaped at 10 Gb/s, the veth measures 9.1; unshaped only 7.3 (the CPU-bound veth)
+        docs = [with_network(make_results(strategies=["zero3"]), gbps, {"zero3": 1.0},
+                             {"zero3": 1.0}) for gbps in (None, 10, 0.2)]
+        rc, out = run(CROSSOVER, *[self.write(f"o{i}.json", d) for i, d in enumerate(docs)],
+                      "--out", self.dir / "o.png")
+        self.assertEqual(rc, 0, out)
+        asked = [line.split()[1] for line in out.splitlines() if line.startswith("zero3 ")]
+        self.assertEqual(asked, ["0.2", "10", "unshaped"], out)
+
     def test_topology_needs_its_measured_keys(self):
         doc = self.docs()[0]
         del doc["topology"]["achieved_bytes_per_s"]

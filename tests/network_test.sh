@@ -12,7 +12,7 @@
 #   duplex   2 hosts x 1 rank at 0.2 Gb/s, ddp on small: its 2-rank ring all-reduce exchanges
 #            ~12 MiB both ways at once on one TCP connection per step; the comm thread's busy
 #            time is within 25 % of the predicted comm time (a full-duplex link). OpenMPI's TCP
-#            BTL with its default "put" flag took turns above 4 MiB: 1.5x (ci/two_host.sh)
+#            BTL with its default "put" flag took turns above 4 MiB: 1.9x (ci/two_host.sh)
 #   prediction  (no namespaces) the ranks read the measured link from SB_HOSTS_NETWORK: two
 #            hand-written links 1000x apart give the embedded prediction those inter links (the
 #            latency: the file's half round trip + the per-step delay the run measured at start)
