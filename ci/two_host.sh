@@ -314,14 +314,15 @@ chmod +x "$work/enter_host.sh" "$work/rsh_agent.sh"
 host_list="${hosts[0]}:$G"
 for ((i = 1; i < H; i++)); do host_list+=",${hosts[$i]}:$G"; done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# The TCP BTL's default flags include "put": a message over its 128 KiB pipeline length goes
-# as one fragment as large as the message. When two ranks exchange such messages both ways on
-# their one socket (a pairwise Sendrecv: MiCS's replica all-reduce, any 2-rank ring), a
-# message larger than the socket buffer (tcp_wmem's 4 MiB) makes the two directions take
-# turns: 16 MB/s each way on a 25 MB/s link, against 23.7 MB/s without "put", where the
-# message goes as 128 KiB send fragments (2 hosts x 1 rank, 1-16 MiB Sendrecv, 0.2 Gb/s;
-# docs/network.md). Every strategy's large messages take the send path, as NCCL's chunked
-# protocols do.
+# The TCP BTL's default flags (`ompi_info --param btl tcp --level 9`: btl_tcp_flags
+# send,put,inplace,need-ack,need-csum,hetero-rdma) include "put": a message over its 128 KiB
+# pipeline length (btl_tcp_rdma_pipeline_send_length) goes as one fragment as large as the
+# message. When two ranks exchange such messages both ways on their one socket (a pairwise
+# Sendrecv: MiCS's replica all-reduce, any 2-rank ring), a message larger than the socket
+# buffer (tcp_wmem's 4 MiB) makes the two directions take turns: 16 MB/s each way on a
+# 25 MB/s link, against 23.7 MB/s without "put", where the message goes as 128 KiB send
+# fragments (2 hosts x 1 rank, 1-16 MiB Sendrecv, 0.2 Gb/s; docs/network.md). Every
+# strategy's large messages take the send path, as NCCL's chunked protocols do.
 tcp_flags="send,inplace,need-ack,need-csum"
 mpirun_args=(mpirun -np $((H * G)) --host "$host_list" --map-by slot --bind-to none
              --oversubscribe

@@ -79,12 +79,18 @@ def load_rows(paths):
     return rows
 
 
+def rate_order(requested_gbps):
+    """Sort key of a requested rate: ascending, unshaped (None) last. Not the measured rate: an
+    unshaped veth can measure below a high shaped one."""
+    return (requested_gbps is None, requested_gbps or 0)
+
+
 def pair_rows(rows):
     """Speed-ups of each PAIRS challenger over its baseline at every requested rate."""
     by = {(r["series"], r["requested_gbps"]): r for r in rows}
     out = []
     for a, b in PAIRS:
-        for (s, rate), ra in sorted(by.items(), key=lambda kv: (kv[0][1] is None, kv[0][1] or 0)):
+        for (s, rate), ra in sorted(by.items(), key=lambda kv: rate_order(kv[0][1])):
             rb = by.get((b, rate))
             if s != a or rb is None:
                 continue
@@ -147,9 +153,7 @@ def main(argv=None):
         print("crossover: no results of a --hosts netns run (with a topology) in "
               + " ".join(args.paths), file=sys.stderr)
         return 2
-    # by the rate asked, unshaped last: an unshaped veth can measure below a high shaped rate
-    rows.sort(key=lambda r: (r["series"], r["requested_gbps"] is None, r["requested_gbps"] or 0,
-                             r["achieved_gbps"]))
+    rows.sort(key=lambda r: (r["series"], rate_order(r["requested_gbps"]), r["achieved_gbps"]))
     print(f"{'series':22} {'req Gb/s':>8} {'got Gb/s':>8} {'measured s':>10} {'predicted s':>11}"
           f" {'meas/pred':>9} {'comm meas/pred':>14} {'link payload/ledger':>19}")
     for r in rows:
