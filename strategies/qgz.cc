@@ -93,17 +93,12 @@ QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t sl
   Wire w{TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kI8, slots * part_ / 2),
          TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kF32, slots * groups_)};
   if (!device_.holds_data()) {
-    device_.quantizer_pass(QuantPass::kQuantize, slots * part_);
+    device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
     return w;
   }
-  std::vector<int8_t> codes(part_);
   std::vector<uint8_t> packed(slots * part_ / 2);
   std::vector<float> scales(slots * groups_);
-  for (uint64_t s = 0; s < slots; ++s) {
-    quantize_symmetric(parts.data() + s * part_, part_, groups_, 4, codes.data(),
-                       scales.data() + s * groups_);
-    pack_int4(codes.data(), part_, packed.data() + s * part_ / 2);
-  }
+  quantize_int4_parts(parts.data(), slots, part_, groups_, packed.data(), scales.data());
   device_.copy_to_device(w.codes.data(), packed.data(), packed.size());
   device_.copy_to_device(w.scales.data(), scales.data(), scales.size() * 4);
   return w;
@@ -111,26 +106,15 @@ QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t sl
 
 // The element-wise sum over `blocks` blocks of `slots` dequantised partitions each.
 std::vector<float> QgzReduce::dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots) {
-  std::vector<float> sum(device_.holds_data() ? slots * part_ : 0, 0.0f);
   if (!device_.holds_data()) {
-    device_.quantizer_pass(QuantPass::kDequantize, blocks * slots * part_);
-    return sum;
+    device_.quantizer_pass(QuantPass::kDequantizeInt4Sum, blocks * slots * part_);
+    return {};
   }
   std::vector<uint8_t> packed(w.codes.size());
   std::vector<float> scales(w.scales.size());
   device_.copy_to_host(packed.data(), w.codes.data(), packed.size());
   device_.copy_to_host(scales.data(), w.scales.data(), scales.size() * 4);
-  std::vector<int8_t> codes(part_);
-  const uint64_t len = quant_block_len(part_, groups_);
-  for (uint64_t b = 0; b < blocks; ++b)
-    for (uint64_t s = 0; s < slots; ++s) {
-      const uint64_t at = b * slots + s;
-      unpack_int4(packed.data() + at * part_ / 2, part_, codes.data());
-      float* dst = sum.data() + s * part_;
-      for (uint64_t i = 0; i < part_; ++i)
-        dst[i] += float(codes[i]) * scales[at * groups_ + i / len];
-    }
-  return sum;
+  return dequantize_int4_sum(packed.data(), scales.data(), blocks, slots, part_, groups_);
 }
 
 // All-to-all of codes, then of scales (all_to_all_single twice), `slots_per_peer` partitions

@@ -98,6 +98,39 @@ void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes) {
   }
 }
 
+void quantize_int4_parts(const float* parts, uint64_t slots, uint64_t part, uint64_t groups,
+                         uint8_t* packed, float* scales) {
+  std::vector<int8_t> codes(part);
+  for (uint64_t s = 0; s < slots; ++s) {
+    quantize_symmetric(parts + s * part, part, groups, 4, codes.data(), scales + s * groups);
+    pack_int4(codes.data(), part, packed + s * part / 2);
+  }
+}
+
+std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
+                                       uint64_t blocks, uint64_t slots, uint64_t part,
+                                       uint64_t groups) {
+  std::vector<float> sum(slots * part, 0.0f);
+  const uint64_t len = quant_block_len(part, groups);
+  // Group by group, the nibbles sign-extended in place (unpack_int4's codes): no per-element
+  // division for the group and no staging array, so the loop vectorises.
+  for (uint64_t b = 0; b < blocks; ++b)
+    for (uint64_t s = 0; s < slots; ++s) {
+      const uint64_t at = b * slots + s;
+      const uint8_t* src = packed + at * part / 2;
+      float* dst = sum.data() + s * part;
+      for (uint64_t lo = 0; lo < part; lo += len) {
+        const float scale = scales[at * groups + lo / len];
+        const uint64_t hi = std::min(part, lo + len);
+        for (uint64_t i = lo; i < hi; ++i) {
+          const int nibble = (src[i / 2] >> (4 * (i % 2))) & 0xF;
+          dst[i] += float(nibble >= 8 ? nibble - 16 : nibble) * scale;
+        }
+      }
+    }
+  return sum;
+}
+
 void dequantize_int8(Device& device, const void* codes, const void* scales, uint64_t n,
                      uint64_t blocks, uint64_t ranks, void* dst, DType t) {
   if (n == 0) return;

@@ -35,6 +35,19 @@ void quantize_symmetric(const float* v, uint64_t n, uint64_t blocks, int bits, i
 void pack_int4(const int8_t* codes, uint64_t n, uint8_t* packed);
 void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes);
 
+// qgZ's two host passes (strategies/qgz.h), one function each so that the launcher's
+// calibration times the loops the step runs (QuantPass::kQuantizeInt4, kDequantizeInt4Sum).
+// `slots` partitions of `part` elements (part even) at parts[s·part], each in `groups` groups of
+// 4-bit symmetric codes: packed (slots·part / 2 bytes, partition s at s·part / 2) and scales
+// (slots·groups, partition s at s·groups).
+void quantize_int4_parts(const float* parts, uint64_t slots, uint64_t part, uint64_t groups,
+                         uint8_t* packed, float* scales);
+// The element-wise sum over `blocks` blocks of `slots` such partitions each (block b's slot s at
+// b·slots + s): slots·part floats, partition s at s·part.
+std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
+                                       uint64_t blocks, uint64_t slots, uint64_t part,
+                                       uint64_t groups);
+
 // Quantises n elements of `src` (device memory, dtype t) into `codes` (n int8) and `scales`
 // (blocks fp32), both device memory. Nothing happens on a device that holds no data.
 void quantize_int8(Device& device, const void* src, DType t, uint64_t n, uint64_t blocks,

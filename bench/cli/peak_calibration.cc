@@ -29,6 +29,8 @@ nlohmann::json PeakCalibration::to_json() const {
           {"source", source},                 {"mem_bw_bytes_per_s", mem_bw_bytes_per_s},
           {"quantize_elems_per_s", quantize_elems_per_s},
           {"dequantize_elems_per_s", dequantize_elems_per_s},
+          {"quantize_int4_elems_per_s", quantize_int4_elems_per_s},
+          {"dequantize_int4_sum_elems_per_s", dequantize_int4_sum_elems_per_s},
           {"gemm_mix_flops", gemm_mix_gflops * 1e9}, {"gemm_mix_shapes", gemm_mix_shapes}};
 }
 
@@ -42,15 +44,18 @@ PeakCalibration PeakCalibration::from_json(const nlohmann::json& j) {
   p.mem_bw_bytes_per_s = j.value("mem_bw_bytes_per_s", 0.0);
   p.quantize_elems_per_s = j.value("quantize_elems_per_s", 0.0);
   p.dequantize_elems_per_s = j.value("dequantize_elems_per_s", 0.0);
+  p.quantize_int4_elems_per_s = j.value("quantize_int4_elems_per_s", 0.0);
+  p.dequantize_int4_sum_elems_per_s = j.value("dequantize_int4_sum_elems_per_s", 0.0);
   p.gemm_mix_gflops = j.value("gemm_mix_flops", 0.0) / 1e9;
   p.gemm_mix_shapes = j.value("gemm_mix_shapes", 0);
   return p;
 }
 
 std::string PeakCalibration::to_flag() const {
-  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{:.6g},{:.6g},{:.4f},{},{}", gflops,
-                     min_gflops, max_gflops, repeats, mem_bw_bytes_per_s, quantize_elems_per_s,
-                     dequantize_elems_per_s, gemm_mix_gflops, gemm_mix_shapes, source);
+  return fmt::format("{:.4f},{:.4f},{:.4f},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.4f},{},{}",
+                     gflops, min_gflops, max_gflops, repeats, mem_bw_bytes_per_s,
+                     quantize_elems_per_s, dequantize_elems_per_s, quantize_int4_elems_per_s,
+                     dequantize_int4_sum_elems_per_s, gemm_mix_gflops, gemm_mix_shapes, source);
 }
 
 PeakCalibration PeakCalibration::from_flag(const std::string& s) {
@@ -70,6 +75,8 @@ PeakCalibration PeakCalibration::from_flag(const std::string& s) {
   p.mem_bw_bytes_per_s = std::stod(field());
   p.quantize_elems_per_s = std::stod(field());
   p.dequantize_elems_per_s = std::stod(field());
+  p.quantize_int4_elems_per_s = std::stod(field());
+  p.dequantize_int4_sum_elems_per_s = std::stod(field());
   p.gemm_mix_gflops = std::stod(field());
   p.gemm_mix_shapes = std::stoi(field());
   p.source = s.substr(pos);
@@ -154,11 +161,29 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
   dequantize();
   if (std::fabs(back[200] - v[200]) > 1e-3f)
     throw std::runtime_error("quantizer calibration: wrong round trip");
+  // qgZ's: n elements as 4 partitions in groups of 1 Ki, packed; summed as 2 blocks of 2
+  const uint64_t slots = 4, part = n / slots, groups = part / 1024;
+  std::vector<uint8_t> packed(n / 2);
+  std::vector<float> group_scales(slots * groups);
+  auto quantize_int4 = [&] {
+    quantize_int4_parts(v.data(), slots, part, groups, packed.data(), group_scales.data());
+  };
+  auto dequantize_int4 = [&] {
+    const std::vector<float> sum =
+        dequantize_int4_sum(packed.data(), group_scales.data(), 2, 2, part, groups);
+    back[0] = sum[0];
+  };
+  quantize_int4();
+  dequantize_int4();
+  auto median = [&](auto&& work) {
+    const std::vector<double> rates = block_rates(repeats, block_s, double(n), work);
+    return rates[rates.size() / 2];
+  };
   QuantizerRates r;
-  std::vector<double> rates = block_rates(repeats, block_s, double(n), quantize);
-  r.quantize = rates[rates.size() / 2];
-  rates = block_rates(repeats, block_s, double(n), dequantize);
-  r.dequantize = rates[rates.size() / 2];
+  r.quantize = median(quantize);
+  r.dequantize = median(dequantize);
+  r.quantize_int4 = median(quantize_int4);
+  r.dequantize_int4_sum = median(dequantize_int4);
   return r;
 }
 
@@ -198,6 +223,8 @@ PeakCalibration calibrate_cpu(double peak_gflops, const std::string& who) {
   const QuantizerRates q = measure_quantizer();
   p.quantize_elems_per_s = q.quantize;
   p.dequantize_elems_per_s = q.dequantize;
+  p.quantize_int4_elems_per_s = q.quantize_int4;
+  p.dequantize_int4_sum_elems_per_s = q.dequantize_int4_sum;
   return p;
 }
 

@@ -27,6 +27,8 @@ struct PeakCalibration {
   // ZeRO++'s quantiser (strategies/quantize.cc) on the same core, elements/s of a quantise and
   // of a dequantise pass, for the same cluster. 0: not measured (older files).
   double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
+  // qgZ's int4 passes (quantize_int4_parts, dequantize_int4_sum), the same way; 0: not measured.
+  double quantize_int4_elems_per_s = 0, dequantize_int4_sum_elems_per_s = 0;
   // The run's own GEMMs on the same core (measure_gemm_mix): GFLOP/s over its distinct
   // shapes, FLOP-weighted, for the same cluster's GEMM rate. 0: not measured (older files).
   double gemm_mix_gflops = 0;
@@ -51,10 +53,13 @@ PeakCalibration measure_sgemm_peak(const std::string& who, int repeats = 7,
 double measure_triad_bw(int repeats = 5, double block_s = 0.03);
 
 // One thread's pass of the suite's qwZ quantiser (quantize_int8, dequantize_int8 of
-// strategies/quantize.h, fp32 values, DeepSpeed's block search) over 1 Mi elements: elements/s,
-// median of `repeats` blocks of at least `block_s` seconds each; quantise and dequantise.
+// strategies/quantize.h, fp32 values, DeepSpeed's block search) over 1 Mi elements, and of qgZ's
+// (quantize_int4_parts, dequantize_int4_sum: 4 partitions, groups of 1 Ki elements, the sum
+// over 2 blocks of 2): elements/s as Device::quantizer_pass counts them, median of `repeats`
+// blocks of at least `block_s` seconds each.
 struct QuantizerRates {
   double quantize = 0, dequantize = 0;
+  double quantize_int4 = 0, dequantize_int4_sum = 0;
 };
 QuantizerRates measure_quantizer(int repeats = 5, double block_s = 0.03);
 

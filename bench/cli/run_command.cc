@@ -188,17 +188,21 @@ RunCluster prediction_cluster(const RunConfig& cfg, const Topology& topo,
     cal.mem_bw_bytes_per_s = peak.mem_bw_bytes_per_s;
     cal.quantize_elems_per_s = peak.quantize_elems_per_s;
     cal.dequantize_elems_per_s = peak.dequantize_elems_per_s;
+    cal.quantize_int4_elems_per_s = peak.quantize_int4_elems_per_s;
+    cal.dequantize_int4_sum_elems_per_s = peak.dequantize_int4_sum_elems_per_s;
     cal.gemm_mix_flops = peak.gemm_mix_gflops * 1e9;
     cal.host_cores = host_cores;
     cal.ranks_per_node = topo.ranks_per_node();
     cal.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     cal.source = fmt::format(
         "this run's calibration: {:.1f} GFLOP/s per core ({}); triad {:.2f} GB/s per core "
-        "(one thread, 3 x 32 MiB); quantiser {:.0f} / {:.0f} Melem/s (quantise / dequantise, "
-        "one thread, 1 Mi fp32); the step's GEMMs {:.1f} GFLOP/s ({} shapes, FLOP-weighted, "
-        "one thread; 0: not measured); {} physical core(s); {:.1f} GB RAM",
+        "(one thread, 3 x 32 MiB); quantiser {:.0f} / {:.0f} Melem/s (qwZ int8 quantise / "
+        "dequantise), {:.0f} / {:.0f} Melem/s (qgZ int4 quantise / dequantise-sum; one thread, "
+        "1 Mi fp32); the step's GEMMs {:.1f} GFLOP/s ({} shapes, FLOP-weighted, one thread; 0: "
+        "not measured); {} physical core(s); {:.1f} GB RAM",
         peak.gflops, peak.source, peak.mem_bw_bytes_per_s / 1e9, peak.quantize_elems_per_s / 1e6,
-        peak.dequantize_elems_per_s / 1e6, peak.gemm_mix_gflops, peak.gemm_mix_shapes,
+        peak.dequantize_elems_per_s / 1e6, peak.quantize_int4_elems_per_s / 1e6,
+        peak.dequantize_int4_sum_elems_per_s / 1e6, peak.gemm_mix_gflops, peak.gemm_mix_shapes,
         host_cores, cal.memory_bytes / 1e9);
     return {calibrated_cpu_cluster(cal), ""};
   }

@@ -23,8 +23,9 @@ inline const char* matmul_precision_name(MatmulPrecision p) {
 }
 
 // One pass of ZeRO++'s block quantiser (strategies/quantize.h): float values to codes and block
-// scales, or codes and scales back to floats.
-enum class QuantPass { kQuantize, kDequantize };
+// scales, or codes and scales back to floats; qwZ's int8 codes, or qgZ's packed int4 codes
+// (quantised partitions, and dequantised partitions summed), each its own host loop.
+enum class QuantPass { kQuantize, kDequantize, kQuantizeInt4, kDequantizeInt4Sum };
 
 class Device {
  public:

@@ -212,7 +212,11 @@ KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
                                       {"launch_s", &KernelModel::launch_s},
                                       {"quantize_elems_per_s", &KernelModel::quantize_elems_per_s},
                                       {"dequantize_elems_per_s",
-                                       &KernelModel::dequantize_elems_per_s}};
+                                       &KernelModel::dequantize_elems_per_s},
+                                      {"quantize_int4_elems_per_s",
+                                       &KernelModel::quantize_int4_elems_per_s},
+                                      {"dequantize_int4_sum_elems_per_s",
+                                       &KernelModel::dequantize_int4_sum_elems_per_s}};
   for (const Field& f : kFields) k.*f.at = num(j, f.key, k.*f.at);
   k.sm_count = count(j, "sm_count", def.sm_count);
   k.comm_sms = count(j, "comm_sms", def.comm_sms);
@@ -225,7 +229,8 @@ KernelModel kernels_from(const nlohmann::json& j, const KernelModel& def) {
   if (k.sm_count < 0 || k.comm_sms < 0 || k.gemm_ceiling < 0 || k.gemm_ceiling > 1 ||
       k.mem_bw_fraction <= 0 || k.mem_bw_fraction > 1 || k.flash_fwd < 0 || k.flash_fwd > 1 ||
       k.flash_bwd < 0 || k.flash_bwd > 1 || k.launch_s < 0 || k.launch_s > 1 ||
-      k.quantize_elems_per_s < 0 || k.dequantize_elems_per_s < 0)
+      k.quantize_elems_per_s < 0 || k.dequantize_elems_per_s < 0 ||
+      k.quantize_int4_elems_per_s < 0 || k.dequantize_int4_sum_elems_per_s < 0)
     throw std::invalid_argument(
         "cluster key 'kernels': sm_count, comm_sms >= 0; gemm_ceiling, flash_* in [0, 1]; "
         "mem_bw_fraction in (0, 1]; launch_s in [0, 1]; *quantize_elems_per_s >= 0");
@@ -264,6 +269,10 @@ Cluster calibrated_cpu_cluster(const CpuCalibration& cal) {
   if (cal.quantize_elems_per_s > 0) c.kernels.quantize_elems_per_s = cal.quantize_elems_per_s;
   if (cal.dequantize_elems_per_s > 0)
     c.kernels.dequantize_elems_per_s = cal.dequantize_elems_per_s;
+  if (cal.quantize_int4_elems_per_s > 0)
+    c.kernels.quantize_int4_elems_per_s = cal.quantize_int4_elems_per_s;
+  if (cal.dequantize_int4_sum_elems_per_s > 0)
+    c.kernels.dequantize_int4_sum_elems_per_s = cal.dequantize_int4_sum_elems_per_s;
   if (cal.gemm_mix_flops > 0 && cal.sgemm_flops > 0) {
     // GEMMs at the rate the run's own shapes measured; the CPU's fused attention is not BLAS
     // and keeps the ceiling it had (the sgemm's rate).
@@ -289,6 +298,8 @@ nlohmann::json kernel_model_json(const KernelModel& k) {
           {"comm_sms", k.comm_sms},        {"validated", k.validated},
           {"quantize_elems_per_s", k.quantize_elems_per_s},
           {"dequantize_elems_per_s", k.dequantize_elems_per_s},
+          {"quantize_int4_elems_per_s", k.quantize_int4_elems_per_s},
+          {"dequantize_int4_sum_elems_per_s", k.dequantize_int4_sum_elems_per_s},
           {"source", k.source}};
 }
 

@@ -36,6 +36,9 @@ struct KernelModel {
   // ZeRO++'s quantiser as host arithmetic (strategies/quantize.cc), elements per second of one
   // quantise and one dequantise pass, timed on this core; 0: a device kernel, memory-bound.
   double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
+  // qgZ's packed int4 passes (quantize_int4_parts, dequantize_int4_sum), timed the same way;
+  // 0: the int8 rate of the same direction above.
+  double quantize_int4_elems_per_s = 0, dequantize_int4_sum_elems_per_s = 0;
   bool validated = false;      // the device of a published run in bench/published
   std::string source;          // where each constant comes from
 };
@@ -86,9 +89,10 @@ struct CpuCalibration {
   int host_cores = 0;          // physical cores the ranks share
   int ranks_per_node = 1;
   double memory_bytes = 0;     // the host's RAM; 0: cpu-local's
-  // strategies/quantize.cc's quantise and dequantise passes on this core (elements/s); 0: not
-  // measured (the cluster keeps cpu-local's figures)
+  // strategies/quantize.cc's quantise and dequantise passes on this core (elements/s), qwZ's
+  // int8 and qgZ's int4; 0: not measured (the cluster keeps cpu-local's figures)
   double quantize_elems_per_s = 0, dequantize_elems_per_s = 0;
+  double quantize_int4_elems_per_s = 0, dequantize_int4_sum_elems_per_s = 0;
   // The run's own GEMM shapes on this core, FLOP-weighted (FLOP/s); 0: not measured (GEMMs
   // then run at sgemm_flops, as before)
   double gemm_mix_flops = 0;

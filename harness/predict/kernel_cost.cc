@@ -76,8 +76,22 @@ double memory_seconds(const Cluster& c, double bytes) {
 }
 
 double quantizer_seconds(const Cluster& c, QuantPass pass, double elements, double value_bytes) {
-  const double rate = pass == QuantPass::kQuantize ? c.kernels.quantize_elems_per_s
-                                                   : c.kernels.dequantize_elems_per_s;
+  const KernelModel& k = c.kernels;
+  double rate = 0;
+  switch (pass) {
+    case QuantPass::kQuantize: rate = k.quantize_elems_per_s; break;
+    case QuantPass::kDequantize: rate = k.dequantize_elems_per_s; break;
+    // qgZ's loops where they were timed, else the int8 loop of the same direction (a cluster
+    // written before they were)
+    case QuantPass::kQuantizeInt4:
+      rate = k.quantize_int4_elems_per_s > 0 ? k.quantize_int4_elems_per_s
+                                             : k.quantize_elems_per_s;
+      break;
+    case QuantPass::kDequantizeInt4Sum:
+      rate = k.dequantize_int4_sum_elems_per_s > 0 ? k.dequantize_int4_sum_elems_per_s
+                                                   : k.dequantize_elems_per_s;
+      break;
+  }
   if (rate > 0) return elements / rate;
   return memory_seconds(c, elements * (value_bytes + 1.0));
 }

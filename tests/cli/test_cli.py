@@ -131,7 +131,8 @@ class RunTest(unittest.TestCase):
         self.assertGreater(peak["mem_bw_bytes_per_s"], 0)
         self.assertEqual(cl["memory_bw_bytes_per_s"], peak["mem_bw_bytes_per_s"])
         # ZeRO++'s host quantiser, timed in the same process: its passes are never free
-        for k in ("quantize_elems_per_s", "dequantize_elems_per_s"):
+        for k in ("quantize_elems_per_s", "dequantize_elems_per_s",
+                  "quantize_int4_elems_per_s", "dequantize_int4_sum_elems_per_s"):
             self.assertGreater(peak[k], 0, k)
             self.assertEqual(cl["kernels"][k], peak[k], k)
         # the step's own GEMM shapes, timed in the same process, set the GEMM rate; the

@@ -225,7 +225,7 @@ class PeakCalibrationTest(unittest.TestCase):
         second = run(tmp / "b.json", launcher=False, env=env)["config"]["mfu_peak"]
         self.assertIn(f"reused from SB_CALIBRATION_CACHE={cache}", second["source"])
         for key in ("per_device_flops", "min_flops", "max_flops", "mem_bw_bytes_per_s",
-                    "quantize_elems_per_s"):
+                    "quantize_elems_per_s", "dequantize_int4_sum_elems_per_s"):
             self.assertAlmostEqual(second[key] / first[key], 1.0, places=4, msg=key)
         # another host's file, or a torn one, is measured again (and replaced)
         for content in (json.dumps(dict(json.loads(cache.read_text()), host="elsewhere")),

@@ -42,6 +42,8 @@ TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
   cal.memory_bytes = 16e9;
   cal.quantize_elems_per_s = 150e6;
   cal.dequantize_elems_per_s = 250e6;
+  cal.quantize_int4_elems_per_s = 120e6;
+  cal.dequantize_int4_sum_elems_per_s = 300e6;
   cal.source = "test";
   const Cluster c = calibrated_cpu_cluster(cal);
   const Cluster local = load_cluster("cpu-local");
@@ -52,6 +54,8 @@ TEST(ClusterMatch, CalibratedCpuClusterCarriesTheMeasuredFigures) {
   EXPECT_EQ(c.device_memory_bytes, 16e9);
   EXPECT_EQ(c.kernels.quantize_elems_per_s, 150e6);
   EXPECT_EQ(c.kernels.dequantize_elems_per_s, 250e6);
+  EXPECT_EQ(c.kernels.quantize_int4_elems_per_s, 120e6);
+  EXPECT_EQ(c.kernels.dequantize_int4_sum_elems_per_s, 300e6);
   EXPECT_FALSE(c.bf16_matmul);
   EXPECT_EQ(c.intra.bw_bytes_per_s, local.intra.bw_bytes_per_s);  // cpu-local's link model
   EXPECT_EQ(c.compute_efficiency, local.compute_efficiency);

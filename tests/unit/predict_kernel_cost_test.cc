@@ -5,7 +5,9 @@
 
 #include <cmath>
 
+#include "harness/model/layout.h"
 #include "harness/predict/predict.h"
+#include "strategies/qgz.h"
 
 namespace sb {
 namespace {
@@ -99,16 +101,27 @@ TEST(KernelCost, RangeHoldsTheStepAndWidensOutsideTheValidatedRegion) {
 // ZeRO++'s quantiser is host work on a CPU (strategies/quantize.cc), timed by the run at start:
 // the dry run charges every pass at that rate, so it is never free. qwZ alone gathers over the
 // world: each rank dequantises world x the elements it quantised, and the class pins that.
-TEST(KernelCost, QuantiserPassesAreChargedAtTheCalibratedRates) {
-  Cluster cpu = load_cluster("cpu-local");  // as a run calibrates it (hardware.md)
+// cpu-local as a run calibrates it (hardware.md), with these int8 quantiser rates; and small on
+// 2 nodes x 2 ranks, one sequence each.
+Cluster cpu_with_quantiser(double quantize, double dequantize) {
+  Cluster cpu = load_cluster("cpu-local");
   cpu.memory_bw_bytes_per_s = 10e9;
-  cpu.kernels.quantize_elems_per_s = 200e6;
-  cpu.kernels.dequantize_elems_per_s = 500e6;
+  cpu.kernels.quantize_elems_per_s = quantize;
+  cpu.kernels.dequantize_elems_per_s = dequantize;
+  return cpu;
+}
+PredictConfig small_on_two_nodes() {
   PredictConfig cfg;
   cfg.model = model_shape(parse_predict_model("small"));
   cfg.world = 4;
   cfg.ranks_per_node = 2;
   cfg.batch_per_rank = 1;
+  return cfg;
+}
+
+TEST(KernelCost, QuantiserPassesAreChargedAtTheCalibratedRates) {
+  Cluster cpu = cpu_with_quantiser(200e6, 500e6);
+  PredictConfig cfg = small_on_two_nodes();
   constexpr int kQ = int(KernelClass::kQuantize);
   EXPECT_EQ(predict(cfg, "zero3", cpu).kernel_s[kQ], 0) << "no ZeRO++ knob, no quantiser";
 
@@ -138,6 +151,36 @@ TEST(KernelCost, QuantiserPassesAreChargedAtTheCalibratedRates) {
   EXPECT_GT(predict(cfg, "zero3", load_cluster("dgx-h100")).kernel_s[kQ], 0);
   EXPECT_NEAR(quantizer_seconds(load_cluster("dgx-h100"), QuantPass::kQuantize, 1e9, 2.0),
               3e9 / (3.35e12 * 0.9), 1e-15);
+}
+
+// qgZ's passes have their own loops and rates (QuantPass::kQuantizeInt4, kDequantizeInt4Sum):
+// with the int8 loops free, the class is qgZ's element counts over those rates. Per tensor that
+// takes the all-to-all path (qgz_eligible), with L ranks per node: the gradient quantised as the
+// world's partitions (numel) and dequantise-summed over the node (numel), then the node's sum
+// quantised for the nodes (numel / L) and dequantise-summed over them (numel / L), times the
+// host's oversubscription (4 ranks on cpu-local's 2 cores share them, as every kernel). A cluster
+// without the int4 rates (written before them) charges the int8 loops' rates instead.
+TEST(KernelCost, QgzPassesAreChargedAtTheirOwnCalibratedRates) {
+  Cluster cpu = cpu_with_quantiser(1e30, 1e30);
+  cpu.kernels.quantize_int4_elems_per_s = 100e6;
+  cpu.kernels.dequantize_int4_sum_elems_per_s = 400e6;
+  PredictConfig cfg = small_on_two_nodes();
+  cfg.options.zero_quantized_gradients = true;
+  const ModelLayout layout = make_layout(parse_model("small"));
+  double elements = 0;
+  for (const ParamTensor& t : layout.tensors)
+    if (qgz_eligible(t, cfg.world)) elements += double(t.numel) * (1.0 + 1.0 / 2);
+  ASSERT_GT(elements, 0);
+  constexpr int kQ = int(KernelClass::kQuantize);
+  const double shared = cpu.oversubscription(cfg.world);
+  ASSERT_EQ(shared, 2.0);
+  EXPECT_NEAR(predict(cfg, "zero3", cpu).kernel_s[kQ],
+              shared * (elements / 100e6 + elements / 400e6), 1e-9 * elements / 100e6);
+
+  Cluster older = cpu;  // no int4 rates: the int8 ones (free here)
+  older.kernels.quantize_int4_elems_per_s = older.kernels.dequantize_int4_sum_elems_per_s = 0;
+  EXPECT_LT(predict(cfg, "zero3", older).kernel_s[kQ], 1e-12);
+  EXPECT_NEAR(quantizer_seconds(older, QuantPass::kQuantizeInt4, 1e6, 4.0), 1e6 / 1e30, 1e-40);
 }
 
 }  // namespace

@@ -94,5 +94,50 @@ TEST(QgzInt4, RoundTripWithinHalfAStepAndPackedTwoToAByte) {
   EXPECT_EQ(std::vector<int8_t>(again, again + 16), std::vector<int8_t>(all, all + 16));
 }
 
+// qgZ's host passes (quantize_int4_parts, dequantize_int4_sum: what QgzReduce runs and the
+// calibration times) against the element-wise definitions: every partition's codes and scales
+// as quantize_symmetric + pack_int4 give them, and the sum over blocks of code x its group's
+// scale (the same products added in the same order: equal up to the rounding a fused
+// multiply-add saves, which the library's -march may use and this file's flags not), for group
+// lengths that do and do not divide the partition and partitions of an odd number of bytes'
+// worth.
+TEST(QgzInt4, PartsPassesMatchTheElementwiseDefinitions) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (uint64_t part : {6u, 10u, 1000u, 4098u})
+    for (uint64_t groups : {1u, 3u, 7u, 64u}) {
+      if (groups > part) continue;
+      const uint64_t blocks = 3, slots = 2, n = blocks * slots * part;
+      std::vector<float> v(n);
+      for (float& x : v) x = normal(rng);
+      std::vector<uint8_t> packed(n / 2);
+      std::vector<float> scales(blocks * slots * groups);
+      quantize_int4_parts(v.data(), blocks * slots, part, groups, packed.data(), scales.data());
+      std::vector<float> want(slots * part, 0.0f), magnitude(slots * part, 0.0f);
+      std::vector<int8_t> codes(part), got_codes(part);
+      std::vector<float> want_scales(groups);
+      const uint64_t len = quant_block_len(part, groups);
+      for (uint64_t at = 0; at < blocks * slots; ++at) {
+        quantize_symmetric(v.data() + at * part, part, groups, 4, codes.data(),
+                           want_scales.data());
+        unpack_int4(packed.data() + at * part / 2, part, got_codes.data());
+        ASSERT_EQ(got_codes, codes) << "part " << part << " groups " << groups << " at " << at;
+        for (uint64_t g = 0; g < groups; ++g)
+          ASSERT_EQ(scales[at * groups + g], want_scales[g]);
+        float* dst = want.data() + (at % slots) * part;
+        for (uint64_t i = 0; i < part; ++i) {
+          dst[i] += float(codes[i]) * want_scales[i / len];
+          magnitude[(at % slots) * part + i] += std::fabs(float(codes[i]) * want_scales[i / len]);
+        }
+      }
+      const std::vector<float> sum =
+          dequantize_int4_sum(packed.data(), scales.data(), blocks, slots, part, groups);
+      ASSERT_EQ(sum.size(), want.size());
+      for (size_t i = 0; i < sum.size(); ++i)
+        ASSERT_NEAR(sum[i], want[i], 4e-7f * magnitude[i])
+            << "part " << part << " groups " << groups << " i " << i;
+    }
+}
+
 }  // namespace
 }  // namespace sb
