@@ -91,11 +91,16 @@ void pack_int4(const int8_t* codes, uint64_t n, uint8_t* packed) {
     packed[i / 2] = uint8_t((codes[i] & 0xF) | ((i + 1 < n ? codes[i + 1] & 0xF : 0) << 4));
 }
 
+namespace {
+// Element i of packed 4-bit codes (element 2k in the low nibble), sign-extended.
+inline int int4_code(const uint8_t* packed, uint64_t i) {
+  const int nibble = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
+  return nibble >= 8 ? nibble - 16 : nibble;
+}
+}  // namespace
+
 void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes) {
-  for (uint64_t i = 0; i < n; ++i) {
-    const int nibble = (packed[i / 2] >> (4 * (i % 2))) & 0xF;
-    codes[i] = int8_t(nibble >= 8 ? nibble - 16 : nibble);  // sign-extend the 4-bit code
-  }
+  for (uint64_t i = 0; i < n; ++i) codes[i] = int8_t(int4_code(packed, i));
 }
 
 void quantize_int4_parts(const float* parts, uint64_t slots, uint64_t part, uint64_t groups,
@@ -112,8 +117,8 @@ std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scale
                                        uint64_t groups) {
   std::vector<float> sum(slots * part, 0.0f);
   const uint64_t len = quant_block_len(part, groups);
-  // Group by group, the nibbles sign-extended in place (unpack_int4's codes): no per-element
-  // division for the group and no staging array, so the loop vectorises.
+  // Group by group, each code decoded in place: no per-element division for the group and no
+  // staging array of codes.
   for (uint64_t b = 0; b < blocks; ++b)
     for (uint64_t s = 0; s < slots; ++s) {
       const uint64_t at = b * slots + s;
@@ -122,10 +127,7 @@ std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scale
       for (uint64_t lo = 0; lo < part; lo += len) {
         const float scale = scales[at * groups + lo / len];
         const uint64_t hi = std::min(part, lo + len);
-        for (uint64_t i = lo; i < hi; ++i) {
-          const int nibble = (src[i / 2] >> (4 * (i % 2))) & 0xF;
-          dst[i] += float(nibble >= 8 ? nibble - 16 : nibble) * scale;
-        }
+        for (uint64_t i = lo; i < hi; ++i) dst[i] += float(int4_code(src, i)) * scale;
       }
     }
   return sum;
