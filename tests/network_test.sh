@@ -13,16 +13,22 @@
 #            ~12 MiB both ways at once on one TCP connection per step; the comm thread's busy
 #            time is within 25 % of the predicted comm time (a full-duplex link). OpenMPI's TCP
 #            BTL with its default "put" flag took turns above 4 MiB: 1.9x (ci/two_host.sh)
+#   accumulation  2 hosts x 1 rank at 0.5 Gb/s, small with --grad-accum 4: ddp (no_sync, one
+#            all-reduce per step), zero1 (bucket all-reduces at the boundary + the parameter
+#            all-gather) and zero2 (the bucket all-reduces every micro-batch): bytes across equal
+#            their closed forms, and the measured step-time ratios zero1/ddp and zero2/ddp are
+#            within 15 % of the embedded prediction's (the same-hardware ratio of DDP vs ZeRO-1
+#            under accumulation, on a link where it is large: ~1.3x and ~3.3x)
 #   prediction  (no namespaces) the ranks read the measured link from SB_HOSTS_NETWORK: two
 #            hand-written links 1000x apart give the embedded prediction those inter links (the
 #            latency: the file's half round trip + the per-step delay the run measured at start)
 #            and comm times of latency + inter bytes / bandwidth; a malformed file is refused
 # Exit 77 (ctest: skipped) where namespaces cannot be created (not root, no tools).
-# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|prediction
+# Usage: tests/network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|accumulation|prediction
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sb="$(cd "$(dirname "${1:?usage: network_test.sh PATH/TO/shardbench MODE}")" && pwd)/$(basename "$1")"
-mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|prediction}"
+mode="${2:?usage: network_test.sh PATH/TO/shardbench refusal|shaped|killed|duplex|accumulation|prediction}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export SB_TWO_HOST_SCRIPT="$root/ci/two_host.sh"
 
@@ -180,6 +186,44 @@ assert pred > 0.5 and busy / pred <= 1.25, (busy, pred)
 EOF
   rm -f "$tmp/r.json"
   nothing_left "duplex"
+}
+
+accumulation() {
+  # seven steps: ddp's steps spread 0.43-0.54 s (its last bucket's all-reduce, both ways at once
+  # over the shaped TCP link, took 266-369 ms in one traced run); medians of three landed on
+  # the slow end twice in four runs
+  "$sb" run --hosts netns --np 2 --ranks-per-node 1 --model small --batch 1 --steps 7 \
+    --warmup 1 --grad-accum 4 --quiet --inter-gbps 0.5 --strategies ddp,zero1,zero2 \
+    --out "$tmp/r.json"
+  python3 - "$tmp/r.json" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+runs = {r["strategy"]: r for r in doc["results"]}
+assert all(r["status"] == "ok" for r in runs.values()), runs
+psi, k, n, b = doc["config"]["params"], doc["config"]["grad_accum"], 2, 4  # fp32 grads
+pad = runs["zero1"]["padded_params"]
+# bytes sent across per optimizer step, summed over both ranks: ring all-reduce 2(n-1)/n per
+# rank, all-gather (n-1)/n; ddp once, zero1 once + the gather, zero2 every micro-batch + gather
+closed = {"ddp": 2 * (n - 1) * psi * b, "zero1": (n - 1) * (2 * psi + pad) * b,
+          "zero2": (n - 1) * (2 * k * psi + pad) * b}
+for s, want in closed.items():
+    got = runs[s]["comm"]["per_step"]["sent_bytes_inter"]
+    assert abs(got / want - 1) < 0.01, (s, got, want)
+def step(s):
+    return runs[s]["step_time_s"]["median"], runs[s]["prediction"]["step_time_s"]["predicted"]
+for s in runs:
+    print(f"{s}: measured {step(s)[0]:.3f} s (steps {runs[s]['step_time_s']['samples']}), "
+          f"predicted {step(s)[1]:.3f} s")
+md, pd = step("ddp")
+for s in ("zero1", "zero2"):
+    m, p = step(s)
+    err = (m / md) / (p / pd) - 1
+    print(f"{s}/ddp under --grad-accum {k}: measured {m / md:.3f}x, predicted {p / pd:.3f}x "
+          f"({100 * err:+.1f} %)")
+    assert abs(err) <= 0.15, (s, m, md, p, pd)
+EOF
+  rm -f "$tmp/r.json"
+  nothing_left "accumulation"
 }
 
 # start_shaped LOG: a shaped run of many steps in the background, in a process group of its own
