@@ -189,10 +189,10 @@ EOF
 }
 
 accumulation() {
-  # seven steps: ddp's steps spread 0.43-0.54 s (its last bucket's all-reduce, both ways at once
-  # over the shaped TCP link, took 266-369 ms in one traced run); medians of three landed on
-  # the slow end twice in four runs
-  "$sb" run --hosts netns --np 2 --ranks-per-node 1 --model small --batch 1 --steps 7 \
+  # nine steps: ddp's steps spread 0.43-0.54 s (its last bucket's all-reduce, both ways at once
+  # over the shaped TCP link, took 266-369 ms in one traced run; ~1 step in 5 above 0.48 s);
+  # medians of three and five steps landed at 0.50-0.51 s in 3 of 6 runs, two of them failing
+  "$sb" run --hosts netns --np 2 --ranks-per-node 1 --model small --batch 1 --steps 9 \
     --warmup 1 --grad-accum 4 --quiet --inter-gbps 0.5 --strategies ddp,zero1,zero2 \
     --out "$tmp/r.json"
   python3 - "$tmp/r.json" <<'EOF'
