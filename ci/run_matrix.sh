@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds, runs the default configuration (model `small`,
-# all 8 strategies, 4 MPI ranks as 2 virtual nodes x 2) on this CPU machine, writes
+# all 11 strategies, 4 MPI ranks as 2 virtual nodes x 2) on this CPU machine, writes
 # results/runs/latest.json (git-ignored: a checkout stays clean), renders the plots into
 # plots/out/, a timeline trace per strategy into plots/out/trace/ and the offline HTML report
 # plots/out/report.html. Extra arguments go to `shardbench run` (flags it does not set already,
