@@ -28,14 +28,14 @@ QgzReduce::QgzReduce(Communicator& comm, Device& device, MemoryTracker& memory, 
   const uint64_t N = uint64_t(comm.group(GroupKind::kInter).size());
   part_ = padded / W;
   SB_CHECK(part_ % 2 == 0 && part_ * W == padded, "qgZ: partition of " << part_ << " elements");
-  std::vector<float> swizzled;  // the partitions in wire order (swizzle_quant)
+  HostVector<float> swizzled;  // the partitions in wire order (swizzle_quant)
   if (device.holds_data()) {
-    const std::vector<float> g = device_to_f32(device, grad, t, padded);
     swizzled.resize(padded);
     const std::vector<int> order = wire_order();
+    const size_t es = dtype_bytes(t);
     for (uint64_t s = 0; s < W; ++s)
-      std::copy_n(g.begin() + int64_t(uint64_t(order[s]) * part_), part_,
-                  swizzled.begin() + int64_t(s * part_));
+      device_to_f32(device, static_cast<const char*>(grad) + uint64_t(order[s]) * part_ * es, t,
+                    part_, swizzled.data() + s * part_);
   }
   Wire intra_recv;
   {
@@ -62,10 +62,10 @@ void QgzReduce::finish(TypedBuffer& out, float scale) {
   codes_handle_.wait();
   scales_handle_.wait();
   const uint64_t N = uint64_t(comm_.group(GroupKind::kInter).size());
-  std::vector<float> sum = dequantise_sum(inter_recv_, N, 1);  // empty where no data is held
+  HostVector<float> sum = dequantise_sum(inter_recv_, N, 1);  // empty where no data is held
   if (device_.holds_data()) {
     for (float& x : sum) x *= scale;
-    f32_to_device(device_, sum, out.data(), out.dtype());
+    f32_to_device(device_, sum.data(), sum.size(), out.data(), out.dtype());
   }
   inter_send_ = Wire();
   inter_recv_ = Wire();
@@ -89,15 +89,15 @@ std::vector<int> QgzReduce::wire_order() const {
   return order;
 }
 
-QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t slots) {
+QgzReduce::Wire QgzReduce::quantise(const HostVector<float>& parts, uint64_t slots) {
   Wire w{TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kI8, slots * part_ / 2),
          TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kF32, slots * groups_)};
   if (!device_.holds_data()) {
     device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
     return w;
   }
-  std::vector<uint8_t> packed(slots * part_ / 2);
-  std::vector<float> scales(slots * groups_);
+  HostVector<uint8_t> packed(slots * part_ / 2);
+  HostVector<float> scales(slots * groups_);
   quantize_int4_parts(parts.data(), slots, part_, groups_, packed.data(), scales.data());
   device_.copy_to_device(w.codes.data(), packed.data(), packed.size());
   device_.copy_to_device(w.scales.data(), scales.data(), scales.size() * 4);
@@ -105,13 +105,13 @@ QgzReduce::Wire QgzReduce::quantise(const std::vector<float>& parts, uint64_t sl
 }
 
 // The element-wise sum over `blocks` blocks of `slots` dequantised partitions each.
-std::vector<float> QgzReduce::dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots) {
+HostVector<float> QgzReduce::dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots) {
   if (!device_.holds_data()) {
     device_.quantizer_pass(QuantPass::kDequantizeInt4Sum, blocks * slots * part_);
     return {};
   }
-  std::vector<uint8_t> packed(w.codes.size());
-  std::vector<float> scales(w.scales.size());
+  HostVector<uint8_t> packed(w.codes.size());
+  HostVector<float> scales(w.scales.size());
   device_.copy_to_host(packed.data(), w.codes.data(), packed.size());
   device_.copy_to_host(scales.data(), w.scales.data(), scales.size() * 4);
   return dequantize_int4_sum(packed.data(), scales.data(), blocks, slots, part_, groups_);

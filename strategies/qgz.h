@@ -36,6 +36,7 @@
 
 #include "harness/comm/communicator.h"
 #include "harness/device/device.h"
+#include "harness/memory/host_scratch.h"
 #include "harness/memory/typed_buffer.h"
 #include "harness/model/layout.h"
 
@@ -68,8 +69,8 @@ class QgzReduce {
   struct Wire {  // int4 codes (two per byte) and fp32 group scales of some partitions
     TypedBuffer codes, scales;
   };
-  Wire quantise(const std::vector<float>& parts, uint64_t slots);
-  std::vector<float> dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots);
+  Wire quantise(const HostVector<float>& parts, uint64_t slots);
+  HostVector<float> dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots);
   Wire exchange(Wire& send, uint64_t slots_per_peer, GroupKind g);
   std::vector<int> wire_order() const;
   void wait_from_issue();

@@ -12,25 +12,29 @@ constexpr uint64_t kTargetBlock = 8000;  // CUDAQuantizer.target_group_size
 
 }  // namespace
 
-std::vector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n) {
-  std::vector<float> out(n);
+void device_to_f32(Device& device, const void* src, DType t, uint64_t n, float* out) {
   if (t == DType::kF32) {
-    device.copy_to_host(out.data(), src, n * 4);
-    return out;
+    device.copy_to_host(out, src, n * 4);
+    return;
   }
-  std::vector<uint16_t> h(n);
+  HostVector<uint16_t> h(n);
   device.copy_to_host(h.data(), src, n * 2);
   for (uint64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
+}
+
+HostVector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n) {
+  HostVector<float> out(n);
+  device_to_f32(device, src, t, n, out.data());
   return out;
 }
 
-void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType t) {
+void f32_to_device(Device& device, const float* v, uint64_t n, void* dst, DType t) {
   if (t == DType::kF32) {
-    device.copy_to_device(dst, v.data(), v.size() * 4);
+    device.copy_to_device(dst, v, n * 4);
     return;
   }
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+  HostVector<uint16_t> h(n);
+  for (uint64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(v[i]);
   device.copy_to_device(dst, h.data(), h.size() * 2);
 }
 
@@ -78,9 +82,9 @@ void quantize_int8(Device& device, const void* src, DType t, uint64_t n, uint64_
                    void* codes, void* scales) {
   if (n == 0) return;
   if (!device.holds_data()) return device.quantizer_pass(QuantPass::kQuantize, n);
-  const std::vector<float> v = device_to_f32(device, src, t, n);
-  std::vector<int8_t> q(n);
-  std::vector<float> s(blocks, 1.0f);
+  const HostVector<float> v = device_to_f32(device, src, t, n);
+  HostVector<int8_t> q(n);
+  HostVector<float> s(blocks, 1.0f);
   quantize_symmetric(v.data(), n, blocks, 8, q.data(), s.data());
   device.copy_to_device(codes, q.data(), n);
   device.copy_to_device(scales, s.data(), blocks * 4);
@@ -105,17 +109,17 @@ void unpack_int4(const uint8_t* packed, uint64_t n, int8_t* codes) {
 
 void quantize_int4_parts(const float* parts, uint64_t slots, uint64_t part, uint64_t groups,
                          uint8_t* packed, float* scales) {
-  std::vector<int8_t> codes(part);
+  HostVector<int8_t> codes(part);
   for (uint64_t s = 0; s < slots; ++s) {
     quantize_symmetric(parts + s * part, part, groups, 4, codes.data(), scales + s * groups);
     pack_int4(codes.data(), part, packed + s * part / 2);
   }
 }
 
-std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
-                                       uint64_t blocks, uint64_t slots, uint64_t part,
-                                       uint64_t groups) {
-  std::vector<float> sum(slots * part, 0.0f);
+HostVector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
+                                      uint64_t blocks, uint64_t slots, uint64_t part,
+                                      uint64_t groups) {
+  HostVector<float> sum(slots * part, 0.0f);
   const uint64_t len = quant_block_len(part, groups);
   // Group by group, each code decoded in place: no per-element division for the group and no
   // staging array of codes.
@@ -137,16 +141,16 @@ void dequantize_int8(Device& device, const void* codes, const void* scales, uint
                      uint64_t blocks, uint64_t ranks, void* dst, DType t) {
   if (n == 0) return;
   if (!device.holds_data()) return device.quantizer_pass(QuantPass::kDequantize, ranks * n);
-  std::vector<int8_t> q(ranks * n);
-  std::vector<float> s(ranks * blocks);
+  HostVector<int8_t> q(ranks * n);
+  HostVector<float> s(ranks * blocks);
   device.copy_to_host(q.data(), codes, q.size());
   device.copy_to_host(s.data(), scales, s.size() * 4);
   const uint64_t len = quant_block_len(n, blocks);
-  std::vector<float> out(ranks * n);
+  HostVector<float> out(ranks * n);
   for (uint64_t r = 0; r < ranks; ++r)
     for (uint64_t i = 0; i < n; ++i)
       out[r * n + i] = float(q[r * n + i]) * s[r * blocks + i / len];
-  f32_to_device(device, out, dst, t);
+  f32_to_device(device, out.data(), out.size(), dst, t);
 }
 
 }  // namespace sb

@@ -11,6 +11,7 @@
 
 #include "harness/common/dtype.h"
 #include "harness/device/device.h"
+#include "harness/memory/host_scratch.h"
 
 namespace sb {
 
@@ -23,8 +24,13 @@ uint64_t qwz_blocks(uint64_t n);
 inline uint64_t quant_block_len(uint64_t n, uint64_t blocks) { return (n + blocks - 1) / blocks; }
 
 // Device memory of dtype t (fp32 or bf16) to host fp32, and back.
-std::vector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n);
-void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType t);
+// n elements of dtype t at src (device memory) as fp32 on the host: into `out`, or a new vector.
+void device_to_f32(Device& device, const void* src, DType t, uint64_t n, float* out);
+HostVector<float> device_to_f32(Device& device, const void* src, DType t, uint64_t n);
+void f32_to_device(Device& device, const float* v, uint64_t n, void* dst, DType t);
+inline void f32_to_device(Device& device, const std::vector<float>& v, void* dst, DType t) {
+  f32_to_device(device, v.data(), v.size(), dst, t);
+}
 
 // Host arithmetic, any width: v[0..n) in `blocks` blocks (quant_block_len), symmetric `bits`-bit
 // codes (-2^(bits-1) .. 2^(bits-1)-1, one int8 per element) and one fp32 scale per block (the
@@ -44,7 +50,7 @@ void quantize_int4_parts(const float* parts, uint64_t slots, uint64_t part, uint
                          uint8_t* packed, float* scales);
 // The element-wise sum over `blocks` blocks of `slots` such partitions each (block b's slot s at
 // b·slots + s): slots·part floats, partition s at s·part.
-std::vector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
+HostVector<float> dequantize_int4_sum(const uint8_t* packed, const float* scales,
                                        uint64_t blocks, uint64_t slots, uint64_t part,
                                        uint64_t groups);
 

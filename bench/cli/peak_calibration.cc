@@ -169,7 +169,7 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
     quantize_int4_parts(v.data(), slots, part, groups, packed.data(), group_scales.data());
   };
   auto dequantize_int4 = [&] {
-    const std::vector<float> sum =
+    const HostVector<float> sum =
         dequantize_int4_sum(packed.data(), group_scales.data(), 2, 2, part, groups);
     back[0] = sum[0];
   };

@@ -64,6 +64,9 @@ sb_add_mpi_tests(sb_mpi_run_tests mpi_run_odd_mics_p3 3:1 ARGS --partition=3 --m
 # Steady state (run_page_faults_test.cc) on buffers of a few MiB, above glibc's default mmap
 # threshold, where a block that left the cache would be mapped and faulted every step.
 sb_add_mpi_tests(sb_mpi_run_tests mpi_run_steady 2:2 ARGS --model=2,128,4,64,4096 --gtest_filter=*SteadyState*)
+# ZeRO++ across two nodes (qgZ runs only there), with a 36 MiB token embedding: past glibc's
+# largest mmap threshold (32 MiB), so a host vector of its size is mapped anew on every malloc.
+sb_add_mpi_tests(sb_mpi_run_tests mpi_run_steady_zeropp 2:1 ARGS --model=2,128,4,64,73728 --gtest_filter=ZeroPPSteadyState.*)
 
 # The predictor's dry run against the real job, at every world 1..4 (3: padding everywhere).
 sb_add_mpi_tests(sb_mpi_predict_tests mpi_predict 1:1 2:1 2:2 3:1 3:3 4:1 4:2 4:4)

@@ -68,7 +68,7 @@ TEST_P(QgzReduceBound, EveryRankGetsItsPartitionOfTheSumWithinTheInt4Bound) {
   // exposed communication is a span of this wall time, each stretch counted once
   EXPECT_LE(e.comm->blocked_seconds(),
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  const std::vector<float> got = device_to_f32(*e.device, out.data(), dtype, part);
+  const HostVector<float> got = device_to_f32(*e.device, out.data(), dtype, part);
 
   const uint64_t len = quant_block_len(part, groups);
   const size_t nodes = size_t(topo.num_nodes());
@@ -323,8 +323,8 @@ TEST(QgzShipped, QuantisedPathIsRanksPerNodeTimesTheSum) {
       .finish(plain);
   QgzReduce(*e.comm, *e.device, memory, grad.data(), DType::kF32, t.numel, groups, false, "b")
       .finish(scaled, float(L));
-  const std::vector<float> p = device_to_f32(*e.device, plain.data(), DType::kF32, part);
-  const std::vector<float> s = device_to_f32(*e.device, scaled.data(), DType::kF32, part);
+  const HostVector<float> p = device_to_f32(*e.device, plain.data(), DType::kF32, part);
+  const HostVector<float> s = device_to_f32(*e.device, scaled.data(), DType::kF32, part);
   for (size_t i = 0; i < part; ++i) EXPECT_EQ(s[i], p[i] * float(L)) << "element " << i;
 
   if (!qgz_runs()) return;

@@ -130,7 +130,7 @@ TEST(QgzInt4, PartsPassesMatchTheElementwiseDefinitions) {
           magnitude[(at % slots) * part + i] += std::fabs(float(codes[i]) * want_scales[i / len]);
         }
       }
-      const std::vector<float> sum =
+      const HostVector<float> sum =
           dequantize_int4_sum(packed.data(), scales.data(), blocks, slots, part, groups);
       ASSERT_EQ(sum.size(), want.size());
       for (size_t i = 0; i < sum.size(); ++i)
