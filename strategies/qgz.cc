@@ -36,6 +36,8 @@ QgzReduce::QgzReduce(Communicator& comm, Device& device, MemoryTracker& memory, 
     for (uint64_t s = 0; s < W; ++s)
       device_to_f32(device, static_cast<const char*>(grad) + uint64_t(order[s]) * part_ * es, t,
                     part_, swizzled.data() + s * part_);
+  } else if (staged()) {
+    device.copy_to_host(nullptr, grad, padded * dtype_bytes(t));  // bf16's widening: uncharged
   }
   Wire intra_recv;
   {
@@ -66,6 +68,8 @@ void QgzReduce::finish(TypedBuffer& out, float scale) {
   if (device_.holds_data()) {
     for (float& x : sum) x *= scale;
     f32_to_device(device_, sum.data(), sum.size(), out.data(), out.dtype());
+  } else if (staged()) {
+    device_.copy_to_device(out.data(), nullptr, out.bytes());
   }
   inter_send_ = Wire();
   inter_recv_ = Wire();
@@ -92,28 +96,35 @@ std::vector<int> QgzReduce::wire_order() const {
 QgzReduce::Wire QgzReduce::quantise(const HostVector<float>& parts, uint64_t slots) {
   Wire w{TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kI8, slots * part_ / 2),
          TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kF32, slots * groups_)};
-  if (!device_.holds_data()) {
+  const bool data = device_.holds_data();
+  if (!data && !staged()) {
     device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
     return w;
   }
-  HostVector<uint8_t> packed(slots * part_ / 2);
-  HostVector<float> scales(slots * groups_);
-  quantize_int4_parts(parts.data(), slots, part_, groups_, packed.data(), scales.data());
-  device_.copy_to_device(w.codes.data(), packed.data(), packed.size());
-  device_.copy_to_device(w.scales.data(), scales.data(), scales.size() * 4);
+  HostVector<uint8_t> packed(data ? w.codes.bytes() : 0);
+  HostVector<float> scales(data ? w.scales.size() : 0);
+  if (data)
+    quantize_int4_parts(parts.data(), slots, part_, groups_, packed.data(), scales.data());
+  else
+    device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
+  device_.copy_to_device(w.codes.data(), packed.data(), w.codes.bytes());
+  device_.copy_to_device(w.scales.data(), scales.data(), w.scales.bytes());
   return w;
 }
 
 // The element-wise sum over `blocks` blocks of `slots` dequantised partitions each.
 HostVector<float> QgzReduce::dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots) {
-  if (!device_.holds_data()) {
+  const bool data = device_.holds_data();
+  HostVector<uint8_t> packed(data ? w.codes.bytes() : 0);
+  HostVector<float> scales(data ? w.scales.size() : 0);
+  if (data || staged()) {
+    device_.copy_to_host(packed.data(), w.codes.data(), w.codes.bytes());
+    device_.copy_to_host(scales.data(), w.scales.data(), w.scales.bytes());
+  }
+  if (!data) {
     device_.quantizer_pass(QuantPass::kDequantizeInt4Sum, blocks * slots * part_);
     return {};
   }
-  HostVector<uint8_t> packed(w.codes.size());
-  HostVector<float> scales(w.scales.size());
-  device_.copy_to_host(packed.data(), w.codes.data(), packed.size());
-  device_.copy_to_host(scales.data(), w.scales.data(), scales.size() * 4);
   return dequantize_int4_sum(packed.data(), scales.data(), blocks, slots, part_, groups_);
 }
 

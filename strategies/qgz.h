@@ -73,6 +73,10 @@ class QgzReduce {
   HostVector<float> dequantise_sum(const Wire& w, uint64_t blocks, uint64_t slots);
   Wire exchange(Wire& send, uint64_t slots_per_peer, GroupKind g);
   std::vector<int> wire_order() const;
+  // The suite's quantiser runs on the host: each stage copies its input out of device memory
+  // and its codes back in. A dry run on a host device charges the same copies; on a GPU
+  // cluster it predicts DeepSpeed's kernels, which read device memory in place.
+  bool staged() const { return !device_.holds_data() && device_.is_host(); }
   void wait_from_issue();
 
   Communicator& comm_;

@@ -148,8 +148,11 @@ void dequantize_int8(Device& device, const void* codes, const void* scales, uint
   const uint64_t len = quant_block_len(n, blocks);
   HostVector<float> out(ranks * n);
   for (uint64_t r = 0; r < ranks; ++r)
-    for (uint64_t i = 0; i < n; ++i)
-      out[r * n + i] = float(q[r * n + i]) * s[r * blocks + i / len];
+    for (uint64_t b = 0; b < blocks; ++b) {  // a block's scale once, not a division per value
+      const float scale = s[r * blocks + b];
+      const uint64_t lo = std::min(n, b * len), hi = std::min(n, lo + len);
+      for (uint64_t i = lo; i < hi; ++i) out[r * n + i] = float(q[r * n + i]) * scale;
+    }
   f32_to_device(device, out.data(), out.size(), dst, t);
 }
 

@@ -53,7 +53,8 @@ PeakCalibration measure_sgemm_peak(const std::string& who, int repeats = 7,
 double measure_triad_bw(int repeats = 5, double block_s = 0.03);
 
 // One thread's pass of the suite's qwZ quantiser (quantize_int8, dequantize_int8 of
-// strategies/quantize.h, fp32 values, DeepSpeed's block search) over 1 Mi elements, and of qgZ's
+// strategies/quantize.h, fp32 values, DeepSpeed's block search) over 1 Mi elements, each pass
+// on the next of 8 such tensors (72 MiB in all, so the values come from memory), and of qgZ's
 // (quantize_int4_parts, dequantize_int4_sum: 4 partitions, groups of 1 Ki elements, the sum
 // over 2 blocks of 2): elements/s as Device::quantizer_pass counts them, median of `repeats`
 // blocks of at least `block_s` seconds each.

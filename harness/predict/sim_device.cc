@@ -33,6 +33,9 @@ class SimDevice final : public Device {
   double now_s() const override { return clock_.compute_s; }
   RawAllocator allocator() override {
     return RawAllocator{[this](size_t bytes) {
+                          // The CPU device's cache zero-fills every block it hands out again
+                          // (RawAllocator's contract), as a steady step's blocks all are.
+                          if (is_host()) memory(double(bytes), kCopy);
                           const uint64_t at = next_;
                           next_ += (std::max<uint64_t>(bytes, 1) + 255) / 256 * 256;
                           if (allocations_ != nullptr) {

@@ -7,6 +7,7 @@
 
 #include "harness/model/layout.h"
 #include "harness/predict/predict.h"
+#include "harness/predict/sim_device.h"
 #include "strategies/qgz.h"
 
 namespace sb {
@@ -181,6 +182,26 @@ TEST(KernelCost, QgzPassesAreChargedAtTheirOwnCalibratedRates) {
   older.kernels.quantize_int4_elems_per_s = older.kernels.dequantize_int4_sum_elems_per_s = 0;
   EXPECT_LT(predict(cfg, "zero3", older).kernel_s[kQ], 1e-12);
   EXPECT_NEAR(quantizer_seconds(older, QuantPass::kQuantizeInt4, 1e6, 4.0), 1e6 / 1e30, 1e-40);
+}
+
+// The CPU device's cache zero-fills every block it hands out again, as every block of a steady
+// step is: the host's simulated device charges each allocation's bytes as a copy-class kernel
+// at the measured bandwidth. A GPU cluster predicts PyTorch's allocator (torch.empty): nothing.
+TEST(KernelCost, HostAllocationsAreChargedTheirZeroFill) {
+  Cluster cpu = load_cluster("cpu-local");
+  cpu.memory_bw_bytes_per_s = 10e9;
+  for (const Cluster& c : {cpu, load_cluster("dgx-h100")}) {
+    SimClock clock;
+    const std::unique_ptr<Device> dev = make_sim_device(c, 1, clock, nullptr, 1);
+    RawAllocator a = dev->allocator();
+    void* p = a.allocate(size_t(3) << 20);
+    void* q = a.allocate(1000);
+    a.release(p);
+    a.release(q);
+    const double want = c.host_cores > 0 ? (double(3 << 20) + 1000) / 10e9 : 0.0;
+    EXPECT_NEAR(clock.class_s[int(KernelClass::kCopy)], want, 1e-15) << c.name;
+    EXPECT_NEAR(clock.compute_s, want, 1e-15) << c.name;
+  }
 }
 
 }  // namespace
