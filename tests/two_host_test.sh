@@ -50,6 +50,24 @@ echo "== ring collectives: ddp, fsdp_full_shard, fsdp_hybrid_shard on tiny, 2 ho
 "$sb" run --hosts netns --ranks-per-node 2 --model tiny --steps 3 --warmup 1 --peak-gflops 1 \
   --strategies ddp,fsdp_full_shard,fsdp_hybrid_shard --quiet --out "$tmp/ring.json"
 check "$tmp/ring.json" 0.01 ddp fsdp_full_shard fsdp_hybrid_shard
+# Unshaped, the prediction's link is what the run's own 16 MiB world all-reduce moved across
+# each host's boundary at start (MPI's TCP; the probe's one Python stream moved less), every
+# host at once: a fabric of H times it.
+python3 - "$tmp/ring.json" <<'EOF'
+import json, re, sys
+doc = json.load(open(sys.argv[1]))
+pi, t = doc["topology"]["prediction_inter"], doc["topology"]
+m = re.search(r"16 MiB all-reduce over the world ([0-9.]+) ms -> ([0-9.]+) Gb/s across",
+              doc["prediction_cluster"]["source"])
+assert m and t["shaping"] is None, doc["prediction_cluster"]["source"]
+assert pi["per_rank"] is False and pi["fabric_bytes_per_s"] == 2 * pi["bw_bytes_per_s"], pi
+assert abs(pi["bw_bytes_per_s"] * 8 / 1e9 - float(m.group(2))) < 0.01, (pi, m.group(2))
+# 4 ranks, 4 Mi floats: each rank sends 2 x 3 chunks of 1 Mi floats, so the rate is at least
+# those bytes over the ring's whole time (its 1 KiB time is taken off it)
+assert pi["bw_bytes_per_s"] >= 6 * 4 * 2**20 / (float(m.group(1)) / 1e3), pi
+print(f"ok   unshaped link from the world ring: {float(m.group(2)):.2f} Gb/s per host "
+      f"(probe {t['achieved_gbps']:.2f})")
+EOF
 python3 - "$tmp/ring.json" <<'EOF'
 import json, sys
 res = {r["strategy"]: r["comm"]["per_step"] for r in json.load(open(sys.argv[1]))["results"]}

@@ -24,11 +24,16 @@ struct CollectiveLatency {
   // the shared-memory bandwidth under the same load
   GroupKind big_group = GroupKind::kIntra;
   double big_s = 0;
+  // and, where asked (namespace hosts on an unshaped link), a 16 MiB one over the world,
+  // median of 3: what MPI's TCP moves across the hosts' veths while every boundary of the
+  // ring sends at once. 0: not measured.
+  double world_big_s = 0;
 };
 // Collective over every rank of `mpi`: each calls it at the same point, before any strategy.
 // Runs on a communicator and ledger of its own, so no strategy's bytes or trace see it.
 CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& topo,
-                                             CollectiveImpl impl, int repeats = 30);
+                                             CollectiveImpl impl, bool world_bandwidth = false,
+                                             int repeats = 30);
 
 // The latencies of `c` that reproduce both measurements under traffic.cc's rule, an all-reduce
 // over n ranks costing base + 2(n-1) ring steps: the delay is the hosts' (each step waits for
@@ -37,7 +42,9 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
 // whose link is the same shared memory). Solved for base and step from the world's ring and
 // the node's (each at least 0); with one node or one rank per node, base 0. The 4 MiB ring's
 // extra time over its 1 KiB one gives the shared-memory bandwidth (intra; inter too between
-// virtual nodes, not across --hosts netns). Returns the line the cluster's source gets.
+// virtual nodes, not across --hosts netns). With the 16 MiB world ring measured (an unshaped
+// --hosts netns link), the inter-node link's bandwidth is that ring's boundary bytes over its
+// extra time, and the fabric H times that. Returns the line the cluster's source gets.
 std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, const Topology& topo,
                                      double link_latency_s);
 

@@ -565,9 +565,13 @@ void measured_prediction_network(Job& j) {
   if (!j.pc.cluster) return;
   if (j.network) j.pc.cluster->inter = measured_inter_link(*j.network);
   if (j.cfg.device == "cpu") {
+    // Unshaped, the hosts' link is what MPI's TCP moves on these cores, more than the probe's
+    // one Python stream (docs/network.md): timed with the run's own collective.
+    const bool unshaped = j.network && j.network->value("hosts", "") == "netns" &&
+                          j.network->value("shaping", nlohmann::json()).is_null();
     const std::string line = apply_collective_latency(
-        *j.pc.cluster, measure_collective_latency(j.mpi, j.topo, j.cfg.collectives), j.topo,
-        j.network ? j.pc.cluster->inter.latency_s : 0.0);
+        *j.pc.cluster, measure_collective_latency(j.mpi, j.topo, j.cfg.collectives, unshaped),
+        j.topo, j.network ? j.pc.cluster->inter.latency_s : 0.0);
     if (!line.empty()) j.pc.cluster->source += "; " + line;
   }
   if (j.network) (*j.network)["prediction_inter"] = cluster_json(*j.pc.cluster)["inter"];
