@@ -152,7 +152,8 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
   // shards were last written by the optimizer, the gradients by the backward). One set,
   // reused hot, ran quantize_int8 1.5x faster than this (2026-12-04).
   constexpr int kSets = 8;
-  std::vector<std::vector<float>> v(kSets, std::vector<float>(n)), back(kSets, std::vector<float>(n));
+  std::vector<std::vector<float>> v(kSets, std::vector<float>(n));
+  std::vector<std::vector<float>> back(kSets, std::vector<float>(n));
   for (std::vector<float>& x : v)
     for (uint64_t i = 0; i < n; ++i) x[i] = float(int64_t(i % 255) - 127) * 1e-3f;
   std::vector<std::vector<int8_t>> codes(kSets, std::vector<int8_t>(n));
