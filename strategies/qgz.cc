@@ -97,18 +97,16 @@ QgzReduce::Wire QgzReduce::quantise(const HostVector<float>& parts, uint64_t slo
   Wire w{TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kI8, slots * part_ / 2),
          TypedBuffer(memory_, MemCategory::kCommBuffers, DType::kF32, slots * groups_)};
   const bool data = device_.holds_data();
-  if (!data && !staged()) {
-    device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
-    return w;
-  }
   HostVector<uint8_t> packed(data ? w.codes.bytes() : 0);
   HostVector<float> scales(data ? w.scales.size() : 0);
   if (data)
     quantize_int4_parts(parts.data(), slots, part_, groups_, packed.data(), scales.data());
   else
     device_.quantizer_pass(QuantPass::kQuantizeInt4, slots * part_);
-  device_.copy_to_device(w.codes.data(), packed.data(), w.codes.bytes());
-  device_.copy_to_device(w.scales.data(), scales.data(), w.scales.bytes());
+  if (data || staged()) {
+    device_.copy_to_device(w.codes.data(), packed.data(), w.codes.bytes());
+    device_.copy_to_device(w.scales.data(), scales.data(), w.scales.bytes());
+  }
   return w;
 }
 

@@ -53,7 +53,7 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
     if (world_bandwidth)
       l.world_big_s = median_all_reduce(comm, GroupKind::kWorld, 3, kWorldBigCount);
   }
-  l.world_big_s = mpi.max_over_ranks(l.world_big_s);
+  if (world_bandwidth) l.world_big_s = mpi.max_over_ranks(l.world_big_s);  // every rank's flag
   l.big_s = mpi.max_over_ranks(l.big_s);
   // the slowest rank's, so every rank's prediction uses one figure
   l.world_s = mpi.max_over_ranks(l.world_s);

@@ -158,21 +158,18 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
     for (uint64_t i = 0; i < n; ++i) x[i] = float(int64_t(i % 255) - 127) * 1e-3f;
   std::vector<std::vector<int8_t>> codes(kSets, std::vector<int8_t>(n));
   std::vector<std::vector<float>> scales(kSets, std::vector<float>(blocks));
-  int at = 0;  // the set the next pass uses
+  int at = 0;  // the set the next timed pass uses
   auto next = [&] { return at = (at + 1) % kSets; };
-  auto quantize = [&] {
-    const int k = next();
+  auto quantize = [&](int k) {
     quantize_int8(*dev, v[k].data(), DType::kF32, n, blocks, codes[k].data(), scales[k].data());
   };
-  auto dequantize = [&] {
-    const int k = next();
+  auto dequantize = [&](int k) {
     dequantize_int8(*dev, codes[k].data(), scales[k].data(), n, blocks, 1, back[k].data(),
                     DType::kF32);
   };
   for (int k = 0; k < kSets; ++k) {  // warm-up: page everything in
-    quantize_int8(*dev, v[k].data(), DType::kF32, n, blocks, codes[k].data(), scales[k].data());
-    dequantize_int8(*dev, codes[k].data(), scales[k].data(), n, blocks, 1, back[k].data(),
-                    DType::kF32);
+    quantize(k);
+    dequantize(k);
     if (std::fabs(back[k][200] - v[k][200]) > 1e-3f)
       throw std::runtime_error("quantizer calibration: wrong round trip");
   }
@@ -180,20 +177,20 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
   const uint64_t slots = 4, part = n / slots, groups = part / 1024;
   std::vector<std::vector<uint8_t>> packed(kSets, std::vector<uint8_t>(n / 2));
   std::vector<std::vector<float>> group_scales(kSets, std::vector<float>(slots * groups));
-  auto quantize_int4 = [&] {
-    const int k = next();
+  auto quantize_int4 = [&](int k) {
     quantize_int4_parts(v[k].data(), slots, part, groups, packed[k].data(),
                         group_scales[k].data());
   };
-  auto dequantize_int4 = [&] {
-    const int k = next();
+  auto dequantize_int4 = [&](int k) {
     const HostVector<float> sum =
         dequantize_int4_sum(packed[k].data(), group_scales[k].data(), 2, 2, part, groups);
     back[k][0] = sum[0];
   };
-  for (int k = 0; k < kSets; ++k) quantize_int4(), dequantize_int4();
-  auto median = [&](auto&& work) {
-    const std::vector<double> rates = block_rates(repeats, block_s, double(n), work);
+  for (int k = 0; k < kSets; ++k) quantize_int4(k), dequantize_int4(k);
+  // each timed pass on the next set
+  auto median = [&](auto&& pass) {
+    const std::vector<double> rates =
+        block_rates(repeats, block_s, double(n), [&] { pass(next()); });
     return rates[rates.size() / 2];
   };
   QuantizerRates r;
