@@ -556,6 +556,31 @@ int run_matrix(Job& j, std::map<std::string, nlohmann::json> kept) {
   return any_ok ? 0 : 1;
 }
 
+// Ranks sharing a host's cores slow each other by more than ranks / cores (time-slicing,
+// shared caches and memory bandwidth): every rank times the run's own GEMM shapes at once, as
+// a step runs them, and the prediction's kernels are slowed by the launcher's lone rate over
+// the ranks' mean. Every rank measures (the sum is a collective); only a measured lone rate
+// is compared.
+void measured_compute_slowdown(Job& j) {
+  std::vector<std::pair<GemmCall, uint64_t>> calls;
+  try {
+    calls = step_gemm_calls(j.cfg.model, j.cfg.batch_per_rank, j.cfg.options);
+  } catch (const std::exception&) {
+  }
+  j.mpi.barrier();
+  const double mean_gflops =
+      j.mpi.sum_over_ranks(measure_gemm_mix(calls, 0.02)) / j.topo.world_size();
+  if (j.peak.gemm_mix_gflops <= 0 || mean_gflops <= 0) return;
+  Cluster& c = *j.pc.cluster;
+  c.measured_slowdown = j.peak.gemm_mix_gflops / mean_gflops;
+  c.measured_world = j.topo.world_size();
+  c.source += fmt::format(
+      "; the step's GEMMs on all {} ranks at once: {:.1f} GFLOP/s per rank (mean) against "
+      "{:.1f} alone -> every kernel {:.2f}x slower (the rule ranks / cores: {:.2f}x)",
+      j.topo.world_size(), mean_gflops, j.peak.gemm_mix_gflops, c.measured_slowdown,
+      c.oversubscription(j.topo.world_size()));
+}
+
 }  // namespace
 
 // The predictor's cluster for this run is the calibrated CPU or this device's GPU preset;
@@ -573,6 +598,7 @@ void measured_prediction_network(Job& j) {
         *j.pc.cluster, measure_collective_latency(j.mpi, j.topo, j.cfg.collectives, unshaped),
         j.topo, j.network ? j.pc.cluster->inter.latency_s : 0.0);
     if (!line.empty()) j.pc.cluster->source += "; " + line;
+    measured_compute_slowdown(j);
   }
   if (j.network) (*j.network)["prediction_inter"] = cluster_json(*j.pc.cluster)["inter"];
 }

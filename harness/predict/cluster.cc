@@ -249,6 +249,15 @@ double Cluster::oversubscription(int world) const {
   return host_cores > 0 ? std::max(1.0, double(world) / host_cores) : 1.0;
 }
 
+double Cluster::compute_slowdown(int world) const {
+  // N ranks time-sliced on C cores get at most a core's share each: a measured figure below
+  // N / C (or 1) is the two timings' noise.
+  const double rule = oversubscription(world);
+  if (host_cores > 0 && measured_slowdown > 0 && world == measured_world)
+    return std::max(rule, measured_slowdown);
+  return rule;
+}
+
 std::string preset_for_cuda_device(const std::string& cuda_name) {
   auto has = [&](const char* s) { return cuda_name.find(s) != std::string::npos; };
   for (const DeviceMatch& m : device_matches())
@@ -320,6 +329,8 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"base_latency_s", c.base_latency_s},
           {"ranks_per_node", c.ranks_per_node},
           {"host_cores", c.host_cores},
+          {"measured_slowdown", c.measured_slowdown},
+          {"measured_world", c.measured_world},
           {"bf16_matmul", c.bf16_matmul},
           {"intra", link(c.intra)},
           {"inter", link(c.inter)},
@@ -345,6 +356,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.base_latency_s = num(j, "base_latency_s", c.base_latency_s);
   c.ranks_per_node = count(j, "ranks_per_node", c.ranks_per_node);
   c.host_cores = count(j, "host_cores", c.host_cores);
+  c.measured_slowdown = num(j, "measured_slowdown", c.measured_slowdown);
+  c.measured_world = count(j, "measured_world", c.measured_world);
   c.cuda_context_bytes = num(j, "cuda_context_bytes", c.cuda_context_bytes);
   c.nccl_buffsize_bytes = num(j, "nccl_buffsize_bytes", c.nccl_buffsize_bytes);
   c.nccl_channels = count(j, "nccl_channels", c.nccl_channels);
@@ -360,6 +373,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   if (c.compute_efficiency <= 0 || c.comm_efficiency <= 0) bad("efficiencies must be positive");
   if (c.device_memory_bytes <= 0) bad("device_memory_bytes must be positive");
   if (c.ranks_per_node < 1) bad("ranks_per_node must be >= 1");
+  if (c.measured_slowdown < 0 || c.measured_world < 0)
+    bad("measured_slowdown and measured_world must be >= 0 (0: not measured)");
   if (c.cuda_context_bytes < 0 || c.nccl_buffsize_bytes < 0 || c.nccl_channels < 0)
     bad("cuda_context_bytes, nccl_buffsize_bytes and nccl_channels must be >= 0");
   if (c.intra.bw_bytes_per_s <= 0 || c.inter.bw_bytes_per_s <= 0)

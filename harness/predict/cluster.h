@@ -58,6 +58,12 @@ struct Cluster {
   bool bf16_matmul = true;          // bf16-mixed matmuls run in bf16 (CUDA); false: fp32 (CPU)
   int host_cores = 0;               // > 0: every rank shares one host (virtual nodes): the
                                     // cores and memory are divided among the world's ranks
+  // > 0 (a CPU run's calibration): how many times longer the run's GEMMs took on one rank
+  // while all `measured_world` ranks ran them at once than alone, which replaces the rule
+  // world / host_cores at that world where above it (time-slicing, shared caches and memory:
+  // 2.0-2.4x measured for 4 ranks on 2 cores here, and up to 1.06x for 2 on 2).
+  double measured_slowdown = 0;
+  int measured_world = 0;
   LinkClass intra, inter;
   KernelModel kernels;
   // Device memory outside the tensors (GPU clusters; 0 on CPU): the CUDA context, and NCCL's
@@ -70,8 +76,12 @@ struct Cluster {
   double peak_flops(bool bf16) const { return bf16 ? peak_flops_bf16 : peak_flops_fp32; }
   // Memory one rank may use: the device's, or the host's share when ranks share a host.
   double memory_per_rank(int world) const;
-  // Compute slow-down when more ranks than cores share the host (1 otherwise).
+  // Ranks per core when more ranks than cores share the host (1 otherwise): whether the
+  // collectives take the compute's cores.
   double oversubscription(int world) const;
+  // How much slower each kernel runs for sharing the host: measured_slowdown at the world it
+  // was measured for (at least oversubscription(world)), else oversubscription(world).
+  double compute_slowdown(int world) const;
 };
 
 std::vector<std::string> cluster_names();

@@ -145,7 +145,7 @@ void fill_time(Prediction& p, const StrategyRun& run, double busy_s, const Model
   p.flops_per_rank = predict_flops(shape, tokens);
   const double rate = cluster.peak_flops(bf16) * cluster.compute_efficiency;
   // A bare count has no kernels to run: its compute is the 6·Ψ·tokens rule, added serially.
-  p.compute_s = shape.bare ? p.flops_per_rank / rate * cluster.oversubscription(N) : busy_s;
+  p.compute_s = shape.bare ? p.flops_per_rank / rate * cluster.compute_slowdown(N) : busy_s;
   p.comm_s = p.traffic.comm_s;
   p.exposed_s = run.exposed_s.empty() ? 0 : run.exposed_s.front();
   const double simulated = run.step_time_s.empty() ? 0 : run.step_time_s.front();

@@ -23,7 +23,7 @@ class SimDevice final : public Device {
  public:
   SimDevice(const Cluster& c, int world, SimClock& clock, const GptConfig* model, int batch,
             AllocatorModel* allocations)
-      : cluster_(c), clock_(clock), slow_(c.oversubscription(world)),
+      : cluster_(c), clock_(clock), slow_(c.compute_slowdown(world)),
         operand_bytes_(model && c.bf16_matmul ? bf16_operand_bytes(*model, batch) : 0),
         allocations_(allocations) {}
 

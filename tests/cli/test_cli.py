@@ -148,6 +148,13 @@ class RunTest(unittest.TestCase):
             self.assertIn("collective latency measured at start", cl["source"])
             self.assertGreaterEqual(cl["base_latency_s"], 0)
             self.assertGreaterEqual(cl["intra"]["latency_s"], 0)
+            # the ranks' GEMMs all at once against alone: ranks sharing cores time-slice them,
+            # so 4 ranks on 2 cores take at least about twice as long (never much less)
+            basis = doc["results"][0]["throughput"]["peak_basis"]
+            share = doc["config"]["world_size"] / basis["physical_cores"]
+            self.assertEqual(cl["measured_world"], doc["config"]["world_size"])
+            self.assertGreaterEqual(cl["measured_slowdown"], 0.75 * share)
+            self.assertLess(cl["measured_slowdown"], 4 * max(1.0, share))
         basis = doc["results"][0]["throughput"]["peak_basis"]
         self.assertEqual(cl["host_cores"], basis["physical_cores"])
         self.assertEqual(cl["ranks_per_node"], doc["config"]["ranks_per_node"])

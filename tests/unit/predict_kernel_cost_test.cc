@@ -204,5 +204,40 @@ TEST(KernelCost, HostAllocationsAreChargedTheirZeroFill) {
   }
 }
 
+// A run measures how much slower its ranks' GEMMs run all at once than alone (2.1-2.4x for 4
+// ranks on 2 cores, not the 2x of ranks per core): that figure slows every kernel at the world
+// it was measured for, and no other; below ranks per core (or 1) it is noise, since a rank
+// time-sliced on a core gets at most its share. The cluster file carries it, and refuses it
+// negative.
+TEST(KernelCost, AMeasuredSlowdownReplacesTheRanksPerCoreRuleAtItsWorldOnly) {
+  Cluster cpu = cpu_with_quantiser(0, 0);
+  const PredictConfig cfg = small_on_two_nodes();
+  const double rule_s = predict(cfg, "ddp", cpu).compute_s;
+  ASSERT_EQ(cpu.compute_slowdown(4), 2.0);
+  cpu.measured_slowdown = 2.3;
+  cpu.measured_world = 4;
+  EXPECT_EQ(cpu.compute_slowdown(4), 2.3);
+  EXPECT_EQ(cpu.compute_slowdown(8), 4.0);
+  EXPECT_EQ(cpu.compute_slowdown(2), 1.0);
+  EXPECT_EQ(cpu.oversubscription(4), 2.0) << "the collectives' cores still follow the rule";
+  EXPECT_NEAR(predict(cfg, "ddp", cpu).compute_s, rule_s * 2.3 / 2.0, 1e-9 * rule_s);
+  Cluster noise = cpu;
+  noise.measured_slowdown = 1.9;
+  EXPECT_EQ(noise.compute_slowdown(4), 2.0);
+  noise.measured_slowdown = 0.9;
+  noise.measured_world = 1;
+  EXPECT_EQ(noise.compute_slowdown(1), 1.0);
+  noise.measured_slowdown = 1.06;
+  noise.measured_world = 2;
+  EXPECT_EQ(noise.compute_slowdown(2), 1.06);
+
+  const Cluster back = cluster_from_json(cluster_json(cpu));
+  EXPECT_EQ(back.measured_slowdown, 2.3);
+  EXPECT_EQ(back.measured_world, 4);
+  nlohmann::json bad = cluster_json(cpu);
+  bad["measured_slowdown"] = -1;
+  EXPECT_THROW(cluster_from_json(bad), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace sb
