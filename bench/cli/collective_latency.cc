@@ -49,7 +49,9 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
     // the shared-memory bandwidth: the node's ring (the world's between virtual nodes when a
     // node holds one rank), 4 MiB, against its 1 KiB time
     l.big_group = topo.ranks_per_node() > 1 ? GroupKind::kIntra : GroupKind::kWorld;
-    l.big_s = median_all_reduce(comm, l.big_group, 5, kBigCount);
+    // 15: a few of them wait 4-16 ms for a peer to be scheduled (the scheduler's ticks); a
+    // median of 5 was one of those in some runs (0.26 GB/s against 1.5-3 GB/s)
+    l.big_s = median_all_reduce(comm, l.big_group, 15, kBigCount);
     if (world_bandwidth)
       l.world_big_s = median_all_reduce(comm, GroupKind::kWorld, 3, kWorldBigCount);
   }

@@ -20,7 +20,7 @@ namespace sb {
 struct CollectiveLatency {
   double world_s = 0, intra_s = 0;
   int repeats = 0;
-  // and a 4 MiB one over the node (over the world where a node holds one rank), median of 5:
+  // and a 4 MiB one over the node (over the world where a node holds one rank), median of 15:
   // the shared-memory bandwidth under the same load
   GroupKind big_group = GroupKind::kIntra;
   double big_s = 0;
