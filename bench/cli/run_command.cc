@@ -574,11 +574,12 @@ void measured_compute_slowdown(Job& j) {
   Cluster& c = *j.pc.cluster;
   c.measured_slowdown = j.peak.gemm_mix_gflops / mean_gflops;
   c.measured_world = j.topo.world_size();
+  const int world = j.topo.world_size();
   c.source += fmt::format(
       "; the step's GEMMs on all {} ranks at once: {:.1f} GFLOP/s per rank (mean) against "
-      "{:.1f} alone -> every kernel {:.2f}x slower (the rule ranks / cores: {:.2f}x)",
-      j.topo.world_size(), mean_gflops, j.peak.gemm_mix_gflops, c.measured_slowdown,
-      c.oversubscription(j.topo.world_size()));
+      "{:.1f} alone, {:.2f}x (the rule ranks / cores: {:.2f}x) -> every kernel {:.2f}x slower",
+      world, mean_gflops, j.peak.gemm_mix_gflops, c.measured_slowdown,
+      c.oversubscription(world), c.compute_slowdown(world));
 }
 
 }  // namespace
