@@ -56,15 +56,20 @@ int world_rank_from_env() {
   return inside_mpi_job() ? -1 : 0;
 }
 
-// The CPU calibration with the rate of this run's own GEMM shapes (the embedded prediction's
-// GEMM rate); without a dry run of the config (it is refused later, with its reason), none.
-PeakCalibration calibrate_cpu_for(const RunArgs& a, const RunConfig& cfg, const char* who) {
-  std::vector<std::pair<GemmCall, uint64_t>> calls;
+// The GEMMs one rank's step of `cfg` issues; without a dry run of the config (it is refused
+// later, with its reason), none.
+std::vector<std::pair<GemmCall, uint64_t>> run_gemm_calls(const RunConfig& cfg) {
   try {
-    calls = step_gemm_calls(cfg.model, cfg.batch_per_rank, cfg.options);
+    return step_gemm_calls(cfg.model, cfg.batch_per_rank, cfg.options);
   } catch (const std::exception&) {
+    return {};
   }
-  return with_gemm_mix(calibrate_cpu_once(a.peak_gflops, who), calls);
+}
+
+// The CPU calibration with the rate of this run's own GEMM shapes (the embedded prediction's
+// GEMM rate).
+PeakCalibration calibrate_cpu_for(const RunArgs& a, const RunConfig& cfg, const char* who) {
+  return with_gemm_mix(calibrate_cpu_once(a.peak_gflops, who), run_gemm_calls(cfg));
 }
 
 // The CPU's MFU denominator as this rank first knows it: --peak-gflops, the launcher's
@@ -562,19 +567,14 @@ int run_matrix(Job& j, std::map<std::string, nlohmann::json> kept) {
 // the ranks' mean. Every rank measures (the sum is a collective); only a measured lone rate
 // is compared.
 void measured_compute_slowdown(Job& j) {
-  std::vector<std::pair<GemmCall, uint64_t>> calls;
-  try {
-    calls = step_gemm_calls(j.cfg.model, j.cfg.batch_per_rank, j.cfg.options);
-  } catch (const std::exception&) {
-  }
+  const std::vector<std::pair<GemmCall, uint64_t>> calls = run_gemm_calls(j.cfg);
+  const int world = j.topo.world_size();
   j.mpi.barrier();
-  const double mean_gflops =
-      j.mpi.sum_over_ranks(measure_gemm_mix(calls, 0.02)) / j.topo.world_size();
+  const double mean_gflops = j.mpi.sum_over_ranks(measure_gemm_mix(calls, 0.02)) / world;
   if (j.peak.gemm_mix_gflops <= 0 || mean_gflops <= 0) return;
   Cluster& c = *j.pc.cluster;
   c.measured_slowdown = j.peak.gemm_mix_gflops / mean_gflops;
-  c.measured_world = j.topo.world_size();
-  const int world = j.topo.world_size();
+  c.measured_world = world;
   c.source += fmt::format(
       "; the step's GEMMs on all {} ranks at once: {:.1f} GFLOP/s per rank (mean) against "
       "{:.1f} alone, {:.2f}x (the rule ranks / cores: {:.2f}x) -> every kernel {:.2f}x slower",
