@@ -48,6 +48,11 @@ struct Buf {
 // Small integers: every partial sum over <= 4 ranks is exact in bf16 and fp32, so the result
 // is independent of the reduction order and both backends must agree bit for bit.
 float value(int world_rank, size_t e) { return float(1 + (world_rank * 5 + e * 3) % 7); }
+float group_sum(const Group& grp, size_t e) {
+  float sum = 0;
+  for (int r : grp.ranks) sum += value(r, e);
+  return sum;
+}
 
 const char* impl_name(CollectiveImpl i) { return i == CollectiveImpl::kRing ? "ring" : "native"; }
 
@@ -432,6 +437,44 @@ TEST_P(Collectives, LargeCountsAreSplitIntoCalls) {
         for (size_t blk = 0; blk < n; ++blk) bad += ag.get(blk * m + k) != value(grp.ranks[blk], k);
       }
       EXPECT_EQ(bad, 0u);
+    }
+  }
+}
+
+// Chunks over the ring backend's slice size (512 KiB) run as up to 8 pipelined channels, each
+// slice its own ring (NCCL's channels): odd counts whose chunks and slices are uneven, a
+// reduce-scatter into its own block and an in-place all-gather, whole and cut into calls of at
+// most 40000 elements. Same values and bytes as the closed forms.
+TEST_P(Collectives, LargeCollectivesRunAsChannelsWithTheSameValuesAndBytes) {
+  const size_t count = 2097169, m = 1048583;  // odd, divisible by none of 2..4
+  for (size_t max_elems : {size_t(INT32_MAX), size_t(40000)}) {
+    comm_.reset();  // a new Communicator numbers its ops from 0: start its ledger afresh
+    ledger_.clear();
+    comm_ = make_comm(max_elems);
+    for (GroupKind g : kKinds) {
+      const Group& grp = topo_.group(g);
+      const size_t n = size_t(grp.size()), me = size_t(grp.index);
+      for (DType d : kTypes) {
+        SCOPED_TRACE(::testing::Message() << group_name(g) << " " << dtype_name(d) << " calls of "
+                                          << max_elems);
+        Buf a(d, count), rs(d, n * m), ag(d, n * m);
+        for (size_t i = 0; i < count; ++i) a.set(i, value(topo_.rank(), i));
+        for (size_t i = 0; i < n * m; ++i) rs.set(i, value(topo_.rank(), i));
+        for (size_t k = 0; k < m; ++k) ag.set(me * m + k, value(topo_.rank(), k));
+        comm_->all_reduce(a.data(), count, d, g);
+        check_last_entry(CollKind::kAllReduce, g, count, d);
+        comm_->reduce_scatter(rs.data(), rs.at(me * m), m, d, g);
+        check_last_entry(CollKind::kReduceScatter, g, n * m, d);
+        comm_->all_gather(ag.at(me * m), ag.data(), m, d, g);
+        check_last_entry(CollKind::kAllGather, g, n * m, d);
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i) bad += a.get(i) != group_sum(grp, i);
+        for (size_t k = 0; k < m; ++k) {
+          bad += rs.get(me * m + k) != group_sum(grp, me * m + k);
+          for (size_t blk = 0; blk < n; ++blk) bad += ag.get(blk * m + k) != value(grp.ranks[blk], k);
+        }
+        EXPECT_EQ(bad, 0u);
+      }
     }
   }
 }
