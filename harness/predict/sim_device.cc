@@ -3,6 +3,7 @@
 #include "harness/predict/sim_device.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 #include "harness/common/check.h"
@@ -187,9 +188,7 @@ class SimDevice final : public Device {
   // leaves; the part of it that overlaps the comm streams' busy time runs at the contended
   // rate. At least one launch (but copies); slowed by oversubscription.
   void advance(KernelClass k, double alone, double contended) {
-    // Where communication takes the compute's cores, a kernel waits for the stream to be idle.
-    const double start = clock_.serial ? std::max(clock_.compute_s, clock_.comm_idle_s())
-                                       : clock_.compute_s;
+    const double start = clock_.compute_s;
     double t = alone;
     const double beside = clock_.comm_idle_s() - start;  // comm busy after this kernel starts
     if (!clock_.serial && contended > alone && beside > 0)
@@ -201,7 +200,9 @@ class SimDevice final : public Device {
     clock_.contention_s += (t - alone) * slow_;
     clock_.launch_s += floor * slow_;
     t = (t + floor) * slow_;
-    clock_.compute_s = start + t;
+    // Where communication takes the compute's cores, a kernel gets what the collectives' CPU
+    // work leaves of them.
+    clock_.compute_s = clock_.serial ? clock_.serial_kernel_end(start, t) : start + t;
     clock_.busy_s += t;
   }
   int sms() const { return cluster_.kernels.sm_count; }
@@ -256,6 +257,27 @@ void AllocatorModel::add(uint64_t bytes, int sign) {
 
 uint64_t AllocatorModel::reserved() const {
   return round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large;
+}
+
+double SimClock::serial_kernel_end(double from_s, double work_s) {
+  std::erase_if(comm_windows, [&](const CommWindow& w) { return w.end_s <= from_s; });
+  double t = from_s;
+  while (work_s > 0) {
+    double share = 0, next = std::numeric_limits<double>::infinity();
+    for (const CommWindow& w : comm_windows) {
+      if (w.start_s <= t && t < w.end_s) {
+        share += w.cpu_share;
+        next = std::min(next, w.end_s);
+      } else if (w.start_s > t) {
+        next = std::min(next, w.start_s);
+      }
+    }
+    const double rate = 1.0 - std::min(1.0, share);
+    if (rate > 0 && t + work_s / rate <= next) return t + work_s / rate;
+    work_s -= (next - t) * rate;  // next is finite here: no window ahead means rate 1
+    t = next;
+  }
+  return t;
 }
 
 std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "harness/device/device.h"
 #include "harness/model/config.h"
@@ -26,6 +27,15 @@ struct SimClock {
   }
   double busy_s = 0;       // kernel time so far (compute without the waits)
   bool serial = false;     // ranks outnumber cores: communication takes the compute's cores
+  // Serial: each collective in flight, with the share of its time its CPU work takes (below 1
+  // where it waits on a shaped link, whose bytes the cores move faster than the link does).
+  struct CommWindow {
+    double start_s, end_s, cpu_share;
+  };
+  std::vector<CommWindow> comm_windows;
+  // Serial: when a kernel of `work_s` started at `from_s` ends, progressing at 1 - the CPU share
+  // of the collectives in flight (nothing where it is 1: the kernel waits for the cores).
+  double serial_kernel_end(double from_s, double work_s);
   // busy_s by where it went: each kernel class at its own rate, the launch floor of kernels
   // shorter than a launch, and the slow-down of kernels that ran beside a collective.
   ClassSeconds class_s{};

@@ -143,6 +143,7 @@ double TrafficAccount::add(const PredictedCall& c) {
   k.payload_bytes += payload;
   const int n = n_of(c.group);
   const CollectiveSpec& spec = collective_spec(c.kind);
+  last_cpu_share_ = 1;
   if (n <= 1 || spec.algo == CollAlgo::kNone) return 0;
   const uint64_t rem = c.count % uint64_t(n);
   uint64_t max_rank = max_position_sent_elements(c.kind, c.count, n) * e, sent = 0, node_inter = 0;
@@ -203,7 +204,7 @@ double TrafficAccount::add(const PredictedCall& c) {
 // hop at once, so the slower hop class sets the pace (nccl-tests PERFORMANCE.md): a rank's
 // bytes over its node link, or a node's boundary bytes over the node's network bandwidth.
 double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes,
-                                 uint64_t node_inter, double inter_senders) const {
+                                 uint64_t node_inter, double inter_senders) {
   const int n = n_of(c.group);
   const double passes = collective_spec(c.kind).passes;
   const bool partition = int(c.group) >= int(GroupKind::kPartition);
@@ -217,15 +218,21 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
   double bw_t = 0;
   if (c.group != GroupKind::kInter && G_ > 1)  // the hops inside a node (none: one rank each)
     bw_t = double(max_rank_bytes) / (cluster_.intra.bw_bytes_per_s * eff);
+  double cpu_t = bw_t;
   if (crosses) {
     // Senders across the boundary per node: one in a world ring, all G in the inter rings.
     double node_bw =
         cluster_.inter.bw_bytes_per_s * eff * (cluster_.inter.per_rank ? inter_senders : 1.0);
     // Every node sends its boundary bytes at once: a shared fabric gives each its share.
-    if (cluster_.inter.fabric_bytes_per_s > 0)
-      node_bw = std::min(node_bw, cluster_.inter.fabric_bytes_per_s * eff / M_);
+    const double fabric_share = cluster_.inter.fabric_bytes_per_s * eff / M_;
+    if (fabric_share > 0) node_bw = std::min(node_bw, fabric_share);
     bw_t = std::max(bw_t, double(node_inter) / node_bw);
+    // Namespace hosts: the fabric is the machine's cores moving TCP; the rest of a slower
+    // link's time is a wait that leaves them to the compute (used only where ranks outnumber
+    // cores, SimClock::serial).
+    cpu_t = fabric_share > 0 ? std::max(cpu_t, double(node_inter) / fabric_share) : bw_t;
   }
+  last_cpu_share_ = latency + bw_t > 0 ? (latency + cpu_t) / (latency + bw_t) : 1.0;
   return latency + bw_t;
 }
 

@@ -49,12 +49,16 @@ class TrafficAccount {
   TrafficAccount(const Topology& topo, const Cluster& cluster);
   // Adds one collective; returns its time (the simulated backend's cost function).
   double add(const PredictedCall& c);
+  // Of the last collective's time, the share its CPU work takes: 1 but where bytes wait on an
+  // inter-node link slower than its fabric, the rate the cores move them at (namespace hosts
+  // on a shaped link).
+  double last_cpu_share() const { return last_cpu_share_; }
   Traffic finish() const;
 
  private:
   int n_of(GroupKind g) const;
   double call_time(const PredictedCall& c, uint64_t max_rank_bytes, uint64_t node_inter,
-                   double inter_senders) const;
+                   double inter_senders);
   // Closed-form path, partition groups: every rank's sends by its position and successor, O(N).
   void add_partition_call(const PredictedCall& c, uint64_t& sent, uint64_t& max_rank,
                           uint64_t& node_inter, double& senders);
@@ -71,6 +75,7 @@ class TrafficAccount {
   std::array<uint64_t, 3> base_{};
   std::array<std::vector<int64_t>, 3> diff_;
   Traffic t_;
+  double last_cpu_share_ = 1;
 };
 
 // Per-position bytes of one ring collective: what ring_model_sent returns, in closed form.

@@ -1,7 +1,8 @@
 // The simulated backend's second comm stream: one SimBackend per CommStream on one clock. An
 // op on the side stream starts at max(issue, its stream free, its input done), so HYBRID_SHARD's
 // all-reduce and the next all-gather start together after the reduce-scatter; with one stream
-// the all-gather waits for the all-reduce. Exact logical times, no MPI.
+// the all-gather waits for the all-reduce. Where ranks outnumber cores, a kernel beside a
+// collective gets the cores its CPU work leaves. Exact logical times, no MPI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,6 +70,48 @@ TEST(SimStreams, WithOneStreamTheAllGatherQueuesBehindTheAllReduce) {
     EXPECT_EQ(r.entries[i].sent.total(), two.entries[i].sent.total());
   }
   EXPECT_GT(r.end_s, two.end_s);
+}
+
+// Ranks outnumbering cores (SimClock::serial): a kernel progresses at 1 - the CPU share of the
+// collectives in flight, summed over both streams and capped at 1 (then it waits).
+TEST(SimStreams, SerialKernelsGetWhatTheCollectivesCpuShareLeaves) {
+  SimClock c;
+  c.serial = true;
+  EXPECT_DOUBLE_EQ(c.serial_kernel_end(1.0, 0.5), 1.5);  // nothing in flight
+  c.comm_windows = {{1.0, 2.0, 1.0}};
+  EXPECT_DOUBLE_EQ(c.serial_kernel_end(1.0, 0.5), 2.5);  // waits for the cores, then runs
+  c.comm_windows = {{1.0, 2.0, 0.5}};
+  EXPECT_DOUBLE_EQ(c.serial_kernel_end(1.0, 0.25), 1.5);  // half the cores
+  EXPECT_DOUBLE_EQ(c.serial_kernel_end(1.0, 1.0), 2.5);   // 0.5 beside, 0.5 after
+  EXPECT_DOUBLE_EQ(c.serial_kernel_end(0.0, 1.5), 2.0);   // 1.0 before, 0.5 beside
+  c.comm_windows = {{1.0, 3.0, 0.6}, {2.0, 3.0, 0.6}};
+  EXPECT_NEAR(c.serial_kernel_end(1.0, 1.0), 3.6, 1e-12);  // 0.4 done, then none until 3
+  c.serial_kernel_end(3.5, 0.1);
+  EXPECT_TRUE(c.comm_windows.empty()) << "collectives over before the kernel are dropped";
+}
+
+// A collective across namespace hosts on a shaped link: the fabric (the cores moving TCP)
+// would carry the node's boundary bytes in node_inter / (fabric / M); the rest of the link's
+// time is a wait. No fabric, or no inter-node bytes: the CPU share is 1.
+TEST(SimStreams, ACollectiveOnAShapedLinkTakesTheCoresForTheFabricsShareOfItsTime) {
+  Cluster cl = load_cluster("dgx-a100-80g");
+  cl.inter = LinkClass{25e6, 20e-6, false};  // 0.2 Gb/s per host
+  cl.inter.fabric_bytes_per_s = 555e6;       // two hosts' TCP on one machine's cores
+  const double eff = cl.comm_efficiency;
+  TrafficAccount account(4, 2, cl);
+  const uint64_t count = 1 << 20;
+  const double S = 4.0 * count, node_inter = 2 * S;  // 2 inter rings of 2: S per rank
+  const double t = account.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
+  const double latency = t - node_inter / (25e6 * eff);
+  EXPECT_GT(latency, 0);
+  EXPECT_NEAR(account.last_cpu_share(), (latency + node_inter / (555e6 * eff / 2)) / t, 1e-12);
+  EXPECT_LT(account.last_cpu_share(), 0.2);
+  account.add({CollKind::kAllReduce, GroupKind::kIntra, count, DType::kF32});
+  EXPECT_DOUBLE_EQ(account.last_cpu_share(), 1.0);
+  cl.inter.fabric_bytes_per_s = 0;
+  TrafficAccount unshared(4, 2, cl);
+  unshared.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
+  EXPECT_DOUBLE_EQ(unshared.last_cpu_share(), 1.0);
 }
 
 }  // namespace
