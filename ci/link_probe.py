@@ -79,6 +79,7 @@ def measure(ip, port, nbytes):
         recv_exact(sock, 1)
         rtts.append(time.perf_counter() - t0)
     payload = bytes(1 << 20)
+    start = time.clock_gettime(time.CLOCK_MONOTONIC)  # one clock for every host's probe
     t0 = time.perf_counter()
     sock.sendall(struct.pack("!Q", nbytes))
     left = nbytes
@@ -90,14 +91,18 @@ def measure(ip, port, nbytes):
     seconds = time.perf_counter() - t0
     sock.close()
     print(json.dumps({"bytes": nbytes, "seconds": seconds, "rate_bytes_per_s": nbytes / seconds,
-                      "rtt_s": statistics.median(rtts), "rtt_min_s": min(rtts)}))
+                      "rtt_s": statistics.median(rtts), "rtt_min_s": min(rtts),
+                      "start_s": start, "end_s": start + seconds}))
 
 
 def topology(argv):
-    """argv: HOSTS RANKS_PER_HOST GBPS LATENCY_MS BURST_BYTES QDISC UNSHAPED; stdin: one JSON
-    line per path "<from> <to> {measure's JSON}". GBPS/LATENCY_MS "-" when not set; UNSHAPED:
-    the payload rate of one path before shaping, "-" for an unshaped run (its probe is that)."""
-    hosts, rph, gbps, lat_ms, burst, qdisc, unshaped = argv
+    """argv: HOSTS RANKS_PER_HOST GBPS LATENCY_MS BURST_BYTES QDISC UNSHAPED STREAM; stdin: one
+    JSON line per path "<from> <to> {measure's JSON}". GBPS/LATENCY_MS "-" when not set; UNSHAPED:
+    the summed payload rate of every path at once before shaping, "-" for an unshaped run
+    (then its paths' sum, timed one at a time: its prediction times the link with the run's
+    own world all-reduce instead); STREAM: the payload rate of one path alone before shaping,
+    "-" for an unshaped run (then its slowest path's)."""
+    hosts, rph, gbps, lat_ms, burst, qdisc, unshaped, stream = argv
     paths = []
     for line in sys.stdin:
         if not line.strip():
@@ -130,8 +135,12 @@ def topology(argv):
         "achieved_gbps": rate * 8 / 1e9,
         "achieved_wire_bytes_per_s": rate * WIRE_PER_PAYLOAD,
         "rtt_s": rtt,
-        # one stream through the unshaped veth: what this machine's cores move for all hosts
-        "unshaped_bytes_per_s": rate if unshaped == "-" else float(unshaped),
+        # every path through the unshaped veths at once: what this machine's cores move for
+        # all hosts together
+        "unshaped_bytes_per_s": (sum(p["rate_bytes_per_s"] for p in paths) if unshaped == "-"
+                                 else float(unshaped)),
+        # one stream alone through the unshaped veth: a core at each end (the CPU a byte costs)
+        "unshaped_stream_bytes_per_s": rate if stream == "-" else float(stream),
     }
     if rated:  # in tbf's units: frames
         out["rate_to_requested"] = rate * WIRE_PER_PAYLOAD / (float(gbps) * 1e9 / 8)
@@ -144,7 +153,7 @@ def main():
         serve(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) >= 2 and sys.argv[1] == "measure" and len(sys.argv) == 5:
         measure(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    elif len(sys.argv) == 9 and sys.argv[1] == "topology":
+    elif len(sys.argv) == 10 and sys.argv[1] == "topology":
         topology(sys.argv[2:])
     else:
         sys.exit(__doc__)

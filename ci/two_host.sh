@@ -194,12 +194,29 @@ probe_path() {  # i j bytes
   echo "$line"
 }
 
-# What one unshaped path moves (64 MiB, host 0 -> 1), before any shaping: every host's TCP
-# runs on this machine's cores, so all links together move no more than that (the embedded
-# prediction's inter fabric_bytes_per_s). An unshaped run's own probe below measures the same.
-unshaped="-"
+# What the unshaped paths move all at once, before any shaping: every host i sends 192 MiB to
+# host i+1 at the same time; their bytes over the span from the first start to the last end. Every host's TCP runs on this
+# machine's cores, so that sum is what all links together move (the embedded prediction's
+# inter fabric_bytes_per_s). One path alone is not: one stream host 0 -> 1 reached 517-650
+# MB/s, while the run's 16 MiB world all-reduce, every boundary at once, moved 481-753 MB/s
+# across each of the two hosts' links (docs/network.md).
+probe_all_paths() {  # bytes -> all paths' bytes over the time from the first start to the last end
+  local pids=() i
+  for ((i = 0; i < H; i++)); do
+    probe_path "$i" $(((i + 1) % H)) "$1" >"$work/unshaped.$i" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || return 1; done
+  cat "$work"/unshaped.* | python3 -c 'import json, sys
+p = [json.loads(l) for l in sys.stdin if l.strip()]
+print(sum(x["bytes"] for x in p) / (max(x["end_s"] for x in p) - min(x["start_s"] for x in p)))'
+}
+# And one stream alone (64 MiB, host 0 -> 1): what one core at each end moves, the CPU a
+# link's bytes cost (the prediction's inter stream_bytes_per_s).
+unshaped="-" stream="-"
 if [ -n "$gbps" ]; then
-  unshaped="$(probe_path 0 1 $((64 << 20)) | json_key rate_bytes_per_s)" ||
+  stream="$(probe_path 0 1 $((64 << 20)) | json_key rate_bytes_per_s)" &&
+    unshaped="$(probe_all_paths $((192 << 20)))" ||
     refuse "the timed transfer across the hosts' unshaped link failed"
 fi
 
@@ -256,7 +273,7 @@ measure_paths() {
     echo "$i $j $line" >>"$work/paths"
   done
   python3 "$here/link_probe.py" topology "$H" "$G" "${gbps:--}" "${lat_ms:--}" "$burst" \
-    "$qdisc" "$unshaped" <"$work/paths" >"$work/network.json"
+    "$qdisc" "$unshaped" "$stream" <"$work/paths" >"$work/network.json"
 }
 measure_paths || refuse "the timed transfer across the hosts' link failed"
 if [ -n "$gbps" ]; then

@@ -145,6 +145,9 @@ pi = t["prediction_inter"]
 assert pi["bw_bytes_per_s"] == t["achieved_bytes_per_s"] and pi["per_rank"] is False, pi
 # the unshaped veth, measured before shaping, is the fabric all hosts share; above the rate
 assert pi["fabric_bytes_per_s"] == t["unshaped_bytes_per_s"] > t["achieved_bytes_per_s"], pi
+# one stream alone, before shaping: the CPU a byte across costs; all paths at once move more
+assert pi["stream_bytes_per_s"] == t["unshaped_stream_bytes_per_s"] > t["achieved_bytes_per_s"], pi
+assert t["unshaped_bytes_per_s"] > 0.9 * t["unshaped_stream_bytes_per_s"], t
 # the link's half round trip, on top of the hosts' per-step delay the run measured at start
 step = doc["prediction_cluster"]["intra"]["latency_s"]
 assert step >= 0 and abs(pi["latency_s"] - step - t["rtt_s"] / 2) < 1e-12, (pi, step)

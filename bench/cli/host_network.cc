@@ -24,11 +24,14 @@ std::optional<nlohmann::json> hosts_network_from_env() {
 LinkClass measured_inter_link(const nlohmann::json& network) {
   LinkClass l{network["achieved_bytes_per_s"].get<double>(), network["rtt_s"].get<double>() / 2,
               false};
-  // The hosts' TCP runs on this one machine's cores: what one unshaped stream reached is what
-  // all hosts' links move together (older files without it: no shared limit).
+  // The hosts' TCP runs on this one machine's cores: what every unshaped path moved at once is
+  // what all hosts' links move together (older files without it: no shared limit).
   const auto it = network.find("unshaped_bytes_per_s");
   if (it != network.end() && it->is_number() && it->get<double>() > 0)
     l.fabric_bytes_per_s = it->get<double>();
+  const auto one = network.find("unshaped_stream_bytes_per_s");
+  if (one != network.end() && one->is_number() && one->get<double>() > 0)
+    l.stream_bytes_per_s = one->get<double>();
   return l;
 }
 

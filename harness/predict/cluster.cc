@@ -195,6 +195,7 @@ LinkClass link_from(const nlohmann::json& j, const LinkClass& def) {
   l.latency_s = num(j, "latency_s", def.latency_s);
   l.per_rank = flag(j, "per_rank", def.per_rank);
   l.fabric_bytes_per_s = num(j, "fabric_bytes_per_s", def.fabric_bytes_per_s);
+  l.stream_bytes_per_s = num(j, "stream_bytes_per_s", def.stream_bytes_per_s);
   return l;
 }
 
@@ -316,7 +317,7 @@ nlohmann::json cluster_json(const Cluster& c) {
   auto link = [](const LinkClass& l) {
     return nlohmann::json{
         {"bw_bytes_per_s", l.bw_bytes_per_s}, {"latency_s", l.latency_s}, {"per_rank", l.per_rank},
-        {"fabric_bytes_per_s", l.fabric_bytes_per_s}};
+        {"fabric_bytes_per_s", l.fabric_bytes_per_s}, {"stream_bytes_per_s", l.stream_bytes_per_s}};
   };
   return {{"name", c.name},
           {"device", c.device},
@@ -381,6 +382,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     bad("bandwidths must be positive");
   if (c.intra.fabric_bytes_per_s < 0 || c.inter.fabric_bytes_per_s < 0)
     bad("fabric_bytes_per_s must be >= 0 (0: no shared limit)");
+  if (c.intra.stream_bytes_per_s < 0 || c.inter.stream_bytes_per_s < 0)
+    bad("stream_bytes_per_s must be >= 0 (0: the network moves the bytes, no CPU taken)");
   return c;
 }
 

@@ -22,6 +22,11 @@ struct LinkClass {
   // second, each node's share the total over the nodes (an oversubscribed network core, or
   // namespace hosts whose TCP runs on one machine's cores); 0: no shared limit.
   double fabric_bytes_per_s = 0;
+  // > 0: this link's TCP runs on the ranks' own cores (namespace hosts on one machine): one
+  // stream alone moves this many bytes per second holding a core at each end, so where ranks
+  // outnumber cores a collective's boundary bytes take that CPU from the compute (traffic.cc);
+  // 0: the network moves them (a NIC), no CPU taken.
+  double stream_bytes_per_s = 0;
 };
 
 // The per-kernel time model of one device (kernel_cost.h). A cluster without it (gemm_ceiling

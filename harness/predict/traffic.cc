@@ -227,12 +227,17 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
     const double fabric_share = cluster_.inter.fabric_bytes_per_s * eff / M_;
     if (fabric_share > 0) node_bw = std::min(node_bw, fabric_share);
     bw_t = std::max(bw_t, double(node_inter) / node_bw);
-    // Namespace hosts: the fabric is the machine's cores moving TCP; the rest of a slower
-    // link's time is a wait that leaves them to the compute (used only where ranks outnumber
-    // cores, SimClock::serial).
-    cpu_t = fabric_share > 0 ? std::max(cpu_t, double(node_inter) / fabric_share) : bw_t;
+    // Namespace hosts: every node's boundary bytes cost the machine's cores a core at each end
+    // of a stream per stream_bytes_per_s; the rest of a slower link's time is a wait that
+    // leaves the cores to the compute (used only where ranks outnumber cores, SimClock::serial).
+    const double stream = cluster_.inter.stream_bytes_per_s;
+    if (stream > 0 && cluster_.host_cores > 0)
+      cpu_t = std::max(cpu_t, 2.0 * double(node_inter) * M_ / stream / cluster_.host_cores);
+    else
+      cpu_t = bw_t;
   }
-  last_cpu_share_ = latency + bw_t > 0 ? (latency + cpu_t) / (latency + bw_t) : 1.0;
+  last_cpu_share_ =
+      latency + bw_t > 0 ? std::min(1.0, (latency + cpu_t) / (latency + bw_t)) : 1.0;
   return latency + bw_t;
 }
 

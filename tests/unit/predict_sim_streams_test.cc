@@ -90,13 +90,16 @@ TEST(SimStreams, SerialKernelsGetWhatTheCollectivesCpuShareLeaves) {
   EXPECT_TRUE(c.comm_windows.empty()) << "collectives over before the kernel are dropped";
 }
 
-// A collective across namespace hosts on a shaped link: the fabric (the cores moving TCP)
-// would carry the node's boundary bytes in node_inter / (fabric / M); the rest of the link's
-// time is a wait. No fabric, or no inter-node bytes: the CPU share is 1.
-TEST(SimStreams, ACollectiveOnAShapedLinkTakesTheCoresForTheFabricsShareOfItsTime) {
+// A collective across namespace hosts on a shaped link: every node's boundary bytes cost the
+// machine's cores one core at each end of a stream per stream_bytes_per_s, spread over its
+// cores; the rest of the link's time is a wait. No stream rate (a NIC moves the bytes), or a
+// link the cores cannot outrun: the CPU share is 1.
+TEST(SimStreams, ACollectiveOnAShapedLinkTakesTheCoresItsTcpCostsForItsTime) {
   Cluster cl = load_cluster("dgx-a100-80g");
+  cl.host_cores = 2;
   cl.inter = LinkClass{25e6, 20e-6, false};  // 0.2 Gb/s per host
-  cl.inter.fabric_bytes_per_s = 555e6;       // two hosts' TCP on one machine's cores
+  cl.inter.fabric_bytes_per_s = 1e9;         // all hosts' TCP at once on the machine's cores
+  cl.inter.stream_bytes_per_s = 600e6;       // one stream alone
   const double eff = cl.comm_efficiency;
   TrafficAccount account(4, 2, cl);
   const uint64_t count = 1 << 20;
@@ -104,14 +107,20 @@ TEST(SimStreams, ACollectiveOnAShapedLinkTakesTheCoresForTheFabricsShareOfItsTim
   const double t = account.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
   const double latency = t - node_inter / (25e6 * eff);
   EXPECT_GT(latency, 0);
-  EXPECT_NEAR(account.last_cpu_share(), (latency + node_inter / (555e6 * eff / 2)) / t, 1e-12);
+  const double core_s = 2 * node_inter * 2 / 600e6;  // both ends, both nodes
+  EXPECT_NEAR(account.last_cpu_share(), (latency + core_s / 2) / t, 1e-12);
   EXPECT_LT(account.last_cpu_share(), 0.2);
   account.add({CollKind::kAllReduce, GroupKind::kIntra, count, DType::kF32});
   EXPECT_DOUBLE_EQ(account.last_cpu_share(), 1.0);
-  cl.inter.fabric_bytes_per_s = 0;
-  TrafficAccount unshared(4, 2, cl);
-  unshared.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
-  EXPECT_DOUBLE_EQ(unshared.last_cpu_share(), 1.0);
+  cl.inter.bw_bytes_per_s = 5e9;  // faster than the cores move TCP
+  TrafficAccount fast(4, 2, cl);
+  fast.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
+  EXPECT_DOUBLE_EQ(fast.last_cpu_share(), 1.0);
+  cl.inter.bw_bytes_per_s = 25e6;
+  cl.inter.stream_bytes_per_s = 0;
+  TrafficAccount nic(4, 2, cl);
+  nic.add({CollKind::kAllReduce, GroupKind::kInter, count, DType::kF32});
+  EXPECT_DOUBLE_EQ(nic.last_cpu_share(), 1.0);
 }
 
 }  // namespace
