@@ -3,10 +3,13 @@
 
   link_probe.py serve IP PORT            one connection: answers pings, then takes one bulk
                                          transfer and acknowledges it once all bytes are in
-  link_probe.py measure IP PORT BYTES    connects (retrying while the server starts), measures
+  link_probe.py measure IP PORT BYTES [START]
+                                         connects (retrying while the server starts), measures
                                          the round trip of 1-byte messages (median of 30) on
-                                         the idle link, then the rate of BYTES of payload sent
-                                         in one stream; prints one JSON line
+                                         the idle link, waits until CLOCK_MONOTONIC reaches
+                                         START (if given: transfers timed at once start
+                                         together), then the rate of BYTES of payload sent in
+                                         one stream; prints one JSON line
   link_probe.py topology ARGS... < PATHS writes the topology object of the results file from
                                          the JSON lines of every path (see main())
 
@@ -69,7 +72,7 @@ def connect(ip, port, deadline_s=10.0):
             time.sleep(0.05)
 
 
-def measure(ip, port, nbytes):
+def measure(ip, port, nbytes, start_at=None):
     sock = connect(ip, port)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     rtts = []
@@ -79,6 +82,8 @@ def measure(ip, port, nbytes):
         recv_exact(sock, 1)
         rtts.append(time.perf_counter() - t0)
     payload = bytes(1 << 20)
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.clock_gettime(time.CLOCK_MONOTONIC)))
     start = time.clock_gettime(time.CLOCK_MONOTONIC)  # one clock for every host's probe
     t0 = time.perf_counter()
     sock.sendall(struct.pack("!Q", nbytes))
@@ -98,10 +103,10 @@ def measure(ip, port, nbytes):
 def topology(argv):
     """argv: HOSTS RANKS_PER_HOST GBPS LATENCY_MS BURST_BYTES QDISC UNSHAPED STREAM; stdin: one
     JSON line per path "<from> <to> {measure's JSON}". GBPS/LATENCY_MS "-" when not set; UNSHAPED:
-    the summed payload rate of every path at once before shaping, "-" for an unshaped run
-    (then its paths' sum, timed one at a time: its prediction times the link with the run's
-    own world all-reduce instead); STREAM: the payload rate of one path alone before shaping,
-    "-" for an unshaped run (then its slowest path's)."""
+    what every path moved at once before shaping (bytes over the span first start -> last
+    end), "-" when not measured (then the paths' rates summed, timed one at a time); STREAM:
+    the payload rate of one path alone before shaping, "-" when not measured (then the
+    slowest path's)."""
     hosts, rph, gbps, lat_ms, burst, qdisc, unshaped, stream = argv
     paths = []
     for line in sys.stdin:
@@ -151,8 +156,9 @@ def topology(argv):
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "serve" and len(sys.argv) == 4:
         serve(sys.argv[2], int(sys.argv[3]))
-    elif len(sys.argv) >= 2 and sys.argv[1] == "measure" and len(sys.argv) == 5:
-        measure(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) >= 2 and sys.argv[1] == "measure" and len(sys.argv) in (5, 6):
+        measure(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
+                float(sys.argv[5]) if len(sys.argv) == 6 else None)
     elif len(sys.argv) == 10 and sys.argv[1] == "topology":
         topology(sys.argv[2:])
     else:

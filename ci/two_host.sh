@@ -184,41 +184,43 @@ work="$(mktemp -d /tmp/sb-two-host.XXXXXX)"
 # One key of the JSON document on stdin.
 json_key() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 
-# One timed transfer host i -> host j of N bytes (ci/link_probe.py): its JSON line.
-probe_path() {  # i j bytes
+# One timed transfer host i -> host j of N bytes (ci/link_probe.py), starting at CLOCK_MONOTONIC
+# START if given: its JSON line.
+probe_path() {  # i j bytes [start]
   ip netns exec "${hosts[$2]}" python3 "$here/link_probe.py" serve "$(ip_of "$2")" 5201 &
   local server=$! line
   line="$(ip netns exec "${hosts[$1]}" python3 "$here/link_probe.py" measure "$(ip_of "$2")" \
-          5201 "$3")" || { kill "$server" 2>/dev/null; return 1; }
+          5201 "$3" ${4:+"$4"})" || { kill "$server" 2>/dev/null; return 1; }
   wait "$server" || return 1
   echo "$line"
 }
 
 # What the unshaped paths move all at once, before any shaping: every host i sends 192 MiB to
-# host i+1 at the same time; their bytes over the span from the first start to the last end. Every host's TCP runs on this
-# machine's cores, so that sum is what all links together move (the embedded prediction's
+# host i+1, all starting at one instant (1 s ahead: the probes' start-up and pings fit in it);
+# their bytes over the span from the first start to the last end. Every host's TCP runs on
+# this machine's cores, so that is what all links together move (the embedded prediction's
 # inter fabric_bytes_per_s). One path alone is not: one stream host 0 -> 1 reached 517-650
 # MB/s, while the run's 16 MiB world all-reduce, every boundary at once, moved 481-753 MB/s
 # across each of the two hosts' links (docs/network.md).
-probe_all_paths() {  # bytes -> all paths' bytes over the time from the first start to the last end
-  local pids=() i
+probe_all_paths() {  # bytes -> all paths' bytes over the span first start -> last end
+  local pids=() i failed=0 start
+  start="$(python3 -c 'import time; print(time.clock_gettime(time.CLOCK_MONOTONIC) + 1.0)')"
   for ((i = 0; i < H; i++)); do
-    probe_path "$i" $(((i + 1) % H)) "$1" >"$work/unshaped.$i" &
+    probe_path "$i" $(((i + 1) % H)) "$1" "$start" >"$work/unshaped.$i" &
     pids+=($!)
   done
-  for i in "${pids[@]}"; do wait "$i" || return 1; done
+  for i in "${pids[@]}"; do wait "$i" || failed=1; done
+  ((failed == 0)) || return 1
   cat "$work"/unshaped.* | python3 -c 'import json, sys
 p = [json.loads(l) for l in sys.stdin if l.strip()]
 print(sum(x["bytes"] for x in p) / (max(x["end_s"] for x in p) - min(x["start_s"] for x in p)))'
 }
 # And one stream alone (64 MiB, host 0 -> 1): what one core at each end moves, the CPU a
-# link's bytes cost (the prediction's inter stream_bytes_per_s).
-unshaped="-" stream="-"
-if [ -n "$gbps" ]; then
-  stream="$(probe_path 0 1 $((64 << 20)) | json_key rate_bytes_per_s)" &&
-    unshaped="$(probe_all_paths $((192 << 20)))" ||
-    refuse "the timed transfer across the hosts' unshaped link failed"
-fi
+# link's bytes cost (the prediction's inter stream_bytes_per_s). Both for every run, shaped
+# or not (an unshaped run's own probe below times the paths one at a time).
+stream="$(probe_path 0 1 $((64 << 20)) | json_key rate_bytes_per_s)" &&
+  unshaped="$(probe_all_paths $((192 << 20)))" ||
+  refuse "the timed transfer across the hosts' unshaped link failed"
 
 # The shaping: tbf (rate) on both ends of every veth, so a host's egress and its ingress from
 # the bridge each run at R; netem (delay) below tbf on the host end only, so a path host->host
