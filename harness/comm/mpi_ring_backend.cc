@@ -112,12 +112,25 @@ class RingBackend final : public MpiBackendBase {
     size_t rcount;
   };
 
-  // Runs `steps` steps on each of `channels` channels: xfer_of(c, s) says what step s of channel
-  // c moves, then done(c, s) runs once both its transfers are complete (the reduction).
+  // Channels for a ring collective whose largest chunk has `chunk_elems` elements, and the MPI
+  // calls each slice needs (max_elems_ limits each).
+  struct ChannelPlan {
+    int channels;
+    size_t pieces;
+  };
+  ChannelPlan plan_channels(size_t chunk_elems) const {
+    const int k = channels_for(chunk_elems);
+    const size_t slice_max = (chunk_elems + size_t(k) - 1) / size_t(k);
+    return {k, std::max<size_t>(1, (slice_max + max_elems_ - 1) / max_elems_)};
+  }
+
+  // Runs `steps` steps on each of the plan's channels: xfer_of(c, s) says what step s of
+  // channel c moves, then done(c, s) runs once both its transfers are complete (the reduction).
   template <class XferOf, class Done>
-  void run_channels(int channels, int steps, XferOf xfer_of, Done done) {
+  void run_channels(ChannelPlan plan, int steps, XferOf xfer_of, Done done) {
     const RingSchedule ring = schedule();
-    const size_t pieces_max = max_pieces_;
+    const int channels = plan.channels;
+    const size_t pieces_max = plan.pieces;
     std::vector<MPI_Request> req(size_t(channels) * pieces_max * 2, MPI_REQUEST_NULL);
     std::vector<int> step(size_t(channels), 0), pending(size_t(channels), 0);
     auto start = [&](int c) {
@@ -131,14 +144,18 @@ class RingBackend final : public MpiBackendBase {
         pending[size_t(c)] += (sn > 0) + (rn > 0);
       }
     };
+    // channel c's step is complete: reduce, start the next; a step with nothing to move (a
+    // zero-length chunk) completes at once
+    auto finish_step = [&](int c) {
+      do {
+        done(c, step[size_t(c)]);
+        if (++step[size_t(c)] < steps) start(c);
+      } while (pending[size_t(c)] == 0 && step[size_t(c)] < steps);
+    };
     int live = 0;
     for (int c = 0; c < channels && steps > 0; ++c) {
       start(c);
-      // a step with nothing to move (a zero-length chunk) completes at once
-      while (pending[size_t(c)] == 0 && step[size_t(c)] < steps) {
-        done(c, step[size_t(c)]);
-        if (++step[size_t(c)] < steps) start(c);
-      }
+      if (pending[size_t(c)] == 0) finish_step(c);
       live += step[size_t(c)] < steps;
     }
     while (live > 0) {
@@ -147,21 +164,9 @@ class RingBackend final : public MpiBackendBase {
       SB_CHECK(idx != MPI_UNDEFINED, "ring channels: no transfer left with steps to run");
       const int c = idx / int(pieces_max * 2);
       if (--pending[size_t(c)] > 0) continue;
-      do {  // a following step with nothing to move completes at once
-        done(c, step[size_t(c)]);
-        if (++step[size_t(c)] < steps) start(c);
-      } while (pending[size_t(c)] == 0 && step[size_t(c)] < steps);
+      finish_step(c);
       live -= step[size_t(c)] >= steps;
     }
-  }
-
-  // Channels for a ring collective whose largest chunk has chunk_elems elements; sets the
-  // pieces per slice that max_elems_ needs.
-  int plan_channels(size_t chunk_elems) {
-    const int k = channels_for(chunk_elems);
-    const size_t slice_max = (chunk_elems + size_t(k) - 1) / size_t(k);
-    max_pieces_ = std::max<size_t>(1, (slice_max + max_elems_ - 1) / max_elems_);
-    return k;
   }
 
   // The reduce-scatter steps, each adding the received partial sum into the buffer: position
@@ -170,12 +175,13 @@ class RingBackend final : public MpiBackendBase {
     const RingSchedule ring = schedule();
     const int n = op_->group->size();
     const size_t largest = ring_chunk(op_->count, n, 0).len;
-    const int k = plan_channels(largest);
+    const ChannelPlan plan = plan_channels(largest);
+    const int k = plan.channels;
     const size_t slot = ring_chunk(largest, k, 0).len;  // a channel's share of tmp
     char* buf = static_cast<char*>(op_->recv);
     char* tmp = static_cast<char*>(scratch(size_t(k) * slot * es_, 0));
     run_channels(
-        k, ring.steps(),
+        plan, ring.steps(),
         [&](int c, int s) {
           const Chunk sc = slice(ring.send_chunk(s), k, c), rc = slice(ring.recv_chunk(s), k, c);
           void* into = s < n - 1 ? at(tmp, size_t(c) * slot) : at(buf, rc.begin);
@@ -197,13 +203,14 @@ class RingBackend final : public MpiBackendBase {
     const RingSchedule ring = schedule();
     const int n = op_->group->size();
     const size_t m = op_->count / size_t(n);
-    const int k = plan_channels(m);
+    const ChannelPlan plan = plan_channels(m);
+    const int k = plan.channels;
     char* acc = static_cast<char*>(scratch(m * es_, 0));
     char* tmp = static_cast<char*>(scratch(m * es_, 1));
     const char* send = static_cast<const char*>(op_->send);
     char* recv = static_cast<char*>(op_->recv);
     run_channels(
-        k, ring.steps(),
+        plan, ring.steps(),
         [&](int c, int s) {
           const Chunk part = slice(Chunk{0, m}, k, c);
           const void* from =
@@ -225,9 +232,10 @@ class RingBackend final : public MpiBackendBase {
     const Chunk own = ring_chunk(op_->count, n, op_->group->index);
     if (op_->send != at(recv, own.begin))
       std::memmove(at(recv, own.begin), op_->send, own.len * es_);
-    const int k = plan_channels(ring_chunk(op_->count, n, 0).len);
+    const ChannelPlan plan = plan_channels(ring_chunk(op_->count, n, 0).len);
+    const int k = plan.channels;
     run_channels(
-        k, ring.steps(),
+        plan, ring.steps(),
         [&](int c, int s) {
           const Chunk sc = slice(ring.send_chunk(s), k, c), rc = slice(ring.recv_chunk(s), k, c);
           return SliceXfer{at(recv, sc.begin), sc.len, at(recv, rc.begin), rc.len};
@@ -302,7 +310,6 @@ class RingBackend final : public MpiBackendBase {
 
   const CollectiveOp* op_ = nullptr;
   size_t es_ = 4;
-  size_t max_pieces_ = 1;  // MPI calls per slice (max_elems_ limits each)
   HopBytes sent_;
 };
 
