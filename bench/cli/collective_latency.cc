@@ -2,7 +2,11 @@
 #include "bench/cli/collective_latency.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -10,6 +14,7 @@
 #include "harness/comm/collective.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/ledger.h"
+#include "harness/device/cpu_device.h"
 
 namespace sb {
 namespace {
@@ -34,11 +39,72 @@ double median_all_reduce(Communicator& comm, GroupKind g, int repeats, size_t co
   return t[t.size() / 2];
 }
 
+// The compute of the measurements beside it: 384^3 sgemms, ~1 ms each on one core.
+class Sgemms {
+ public:
+  void run(int calls) {
+    for (int i = 0; i < calls; ++i)
+      dev_->gemm(false, false, kN, kN, kN, 1.0f, a_.data(), kN, b_.data(), kN, 0.0f, c_.data(),
+                 kN);
+  }
+
+ private:
+  static constexpr int kN = 384;
+  std::unique_ptr<Device> dev_ = make_cpu_device();
+  std::vector<float> a_ = std::vector<float>(kN * kN, 0.5f), b_ = std::vector<float>(kN * kN, 0.25f),
+                     c_ = std::vector<float>(kN * kN);
+};
+
+// The 1 KiB rings while a thread of this rank runs sgemms without pause: every rank's, so the
+// cores are as busy as in a step's compute.
+void measure_beside_compute(Communicator& comm, int repeats, CollectiveLatency& l) {
+  std::atomic<bool> stop{false};
+  std::thread compute([&stop] {
+    Sgemms sgemms;
+    while (!stop.load(std::memory_order_relaxed)) sgemms.run(1);
+  });
+  l.world_beside_s = median_all_reduce(comm, GroupKind::kWorld, repeats);
+  l.intra_beside_s = median_all_reduce(comm, GroupKind::kIntra, repeats);
+  stop = true;
+  compute.join();
+}
+
+// A 1 KiB world all-reduce right after 10 sgemms (~20 ms at 2 ranks a core), on every rank:
+// its mean time. Ranks time-sliced on shared cores reach the collective apart (4-17 ms mean
+// waits after 2-100 ms of compute on 4 ranks over 2 cores), so the first there waits for the
+// last; the mean, not the median, as a step pays every wait.
+// Sets l.world_after_compute_s and l.burst_s (this rank's means).
+void mean_all_reduce_after_compute(Communicator& comm, int repeats, CollectiveLatency& l) {
+  Sgemms sgemms;
+  std::vector<float> buf(kCount, 1.0f);
+  double wait = 0, burst = 0;
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    sgemms.run(10);
+    const auto t1 = Clock::now();
+    comm.all_reduce(buf.data(), kCount, DType::kF32, GroupKind::kWorld, "latency calibration");
+    burst += std::chrono::duration<double>(t1 - t0).count();
+    wait += std::chrono::duration<double>(Clock::now() - t1).count();
+  }
+  l.world_after_compute_s = wait / repeats;
+  l.burst_s = burst / repeats;
+}
+
+// base + steps x step through two rings' times (world: world_steps, node: node_steps), each
+// at least 0; one ring (one node, or one rank per node): base 0.
+std::pair<double, double> split_latency(double world_s, double node_s, double world_steps,
+                                        double node_steps, bool two_rings) {
+  if (!two_rings || node_s <= 0) return {0.0, world_s / world_steps};
+  const double step = std::max(0.0, (world_s - node_s) / (world_steps - node_steps));
+  return {std::max(0.0, node_s - node_steps * step), step};
+}
+
 }  // namespace
 
 CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& topo,
                                              CollectiveImpl impl, bool world_bandwidth,
-                                             int repeats) {
+                                             bool beside_compute, int repeats) {
   Ledger scratch;
   CollectiveLatency l;
   l.repeats = repeats;
@@ -54,7 +120,16 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
     l.big_s = median_all_reduce(comm, l.big_group, 15, kBigCount);
     if (world_bandwidth)
       l.world_big_s = median_all_reduce(comm, GroupKind::kWorld, 3, kWorldBigCount);
+    // 15: each takes 2-3 of the scheduler's ticks (8-12 ms at 4 ranks on 2 cores)
+    if (beside_compute) {
+      measure_beside_compute(comm, 15, l);
+      mean_all_reduce_after_compute(comm, 15, l);
+    }
   }
+  l.world_after_compute_s = mpi.sum_over_ranks(l.world_after_compute_s) / topo.world_size();
+  l.burst_s = mpi.sum_over_ranks(l.burst_s) / topo.world_size();
+  l.world_beside_s = mpi.max_over_ranks(l.world_beside_s);
+  l.intra_beside_s = mpi.max_over_ranks(l.intra_beside_s);
   if (world_bandwidth) l.world_big_s = mpi.max_over_ranks(l.world_big_s);  // every rank's flag
   l.big_s = mpi.max_over_ranks(l.big_s);
   // the slowest rank's, so every rank's prediction uses one figure
@@ -70,12 +145,9 @@ std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, con
   const double link = M > 1 ? link_latency_s : 0;
   const double world_steps = 2.0 * (N - 1), node_steps = 2.0 * (G - 1);
   const double world_t = std::max(0.0, l.world_s - 2.0 * (M - 1) * link);
-  double base = 0, step = world_t / world_steps;  // one node, or one rank per node: no split
-  if (M > 1 && G > 1 && l.intra_s > 0) {
-    // two rings of different lengths over the same hosts: base + steps x step each
-    step = std::max(0.0, (world_t - l.intra_s) / (world_steps - node_steps));
-    base = std::max(0.0, l.intra_s - node_steps * step);
-  }
+  // two rings of different lengths over the same hosts: base + steps x step each
+  const bool two_rings = M > 1 && G > 1;
+  const auto [base, step] = split_latency(world_t, l.intra_s, world_steps, node_steps, two_rings);
   c.base_latency_s = base;
   c.intra.latency_s = step;
   c.inter.latency_s = step + link;
@@ -105,6 +177,23 @@ std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, con
     across = fmt::format("; a 16 MiB all-reduce over the world {:.1f} ms -> {:.2f} Gb/s across "
                          "each host's unshaped link (MPI's TCP, every boundary at once)",
                          l.world_big_s * 1e3, inter_bw * 8 / 1e9);
+  }
+  if (l.world_beside_s > 0) {
+    const auto [wait_base, wait_step] =
+        split_latency(std::max(0.0, l.world_beside_s - l.world_s),
+                      std::max(0.0, l.intra_beside_s - l.intra_s), world_steps, node_steps,
+                      two_rings);
+    c.beside_compute_base_s = wait_base;
+    c.beside_compute_step_s = wait_step;
+    c.after_compute_sync_s = std::max(0.0, l.world_after_compute_s - l.world_s);
+    c.after_compute_burst_s = l.burst_s;
+    across += fmt::format("; beside a thread of sgemms on every rank: world {:.1f} ms, node "
+                          "{:.1f} ms -> {:.2f} ms more per collective + {:.2f} ms per ring step; "
+                          "right after 10 sgemms ({:.1f} ms) on every rank: world {:.1f} ms "
+                          "(mean) -> {:.2f} ms waited for the last rank",
+                          l.world_beside_s * 1e3, l.intra_beside_s * 1e3, wait_base * 1e3,
+                          wait_step * 1e3, l.burst_s * 1e3, l.world_after_compute_s * 1e3,
+                          c.after_compute_sync_s * 1e3);
   }
   return fmt::format("collective latency measured at start (a 1 KiB all-reduce of the run's "
                      "backend, median of {}, slowest rank): world {:.1f} us, node {:.1f} us -> "

@@ -28,12 +28,18 @@ struct CollectiveLatency {
   // median of 3: what MPI's TCP moves across the hosts' veths while every boundary of the
   // ring sends at once. 0: not measured.
   double world_big_s = 0;
+  // and, where asked (ranks outnumber cores), the two 1 KiB rings again while a thread on every
+  // rank runs sgemms without pause, as a step's compute runs beside its collectives
+  double world_beside_s = 0, intra_beside_s = 0;
+  // and the world's 1 KiB ring right after a burst of sgemms on every rank (mean over repeats
+  // and ranks): the ranks reach it apart
+  double world_after_compute_s = 0, burst_s = 0;  // and the burst's own time (mean)
 };
 // Collective over every rank of `mpi`: each calls it at the same point, before any strategy.
 // Runs on a communicator and ledger of its own, so no strategy's bytes or trace see it.
 CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& topo,
                                              CollectiveImpl impl, bool world_bandwidth = false,
-                                             int repeats = 30);
+                                             bool beside_compute = false, int repeats = 30);
 
 // The latencies of `c` that reproduce both measurements under traffic.cc's rule, an all-reduce
 // over n ranks costing base + 2(n-1) ring steps: the delay is the hosts' (each step waits for
@@ -44,7 +50,9 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
 // extra time over its 1 KiB one gives the shared-memory bandwidth (intra; inter too between
 // virtual nodes, not across --hosts netns). With the 16 MiB world ring measured (an unshaped
 // --hosts netns link), the inter-node link's bandwidth is that ring's boundary bytes over its
-// extra time, and the fabric H times that. Returns the line the cluster's source gets.
+// extra time, and the fabric H times that. With the rings timed beside compute, their extra
+// time over the idle ones is split the same way into beside_compute_base_s and _step_s.
+// Returns the line the cluster's source gets.
 std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, const Topology& topo,
                                      double link_latency_s);
 

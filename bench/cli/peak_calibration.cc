@@ -223,6 +223,46 @@ double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
   return seconds > 0 ? flops / seconds / 1e9 : 0;
 }
 
+double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, double seconds) {
+  openblas_set_num_threads(1);
+  auto dev = make_cpu_device();
+  struct Shape {
+    GemmCall g;
+    uint64_t calls;
+    std::vector<float> a, b, c;
+  };
+  std::vector<Shape> shapes;
+  uint64_t fewest = 0;
+  for (const auto& [g, count] : calls)
+    if (count > 0) fewest = fewest == 0 ? count : std::min(fewest, count);
+  for (const auto& [g, count] : calls)  // the step's proportions, the rarest shape once
+    if (count > 0)
+      shapes.push_back({g, std::max<uint64_t>(1, uint64_t(std::llround(double(count) / fewest))),
+                        std::vector<float>(size_t(g.m * g.k), 0.5f),
+                        std::vector<float>(size_t(g.k * g.n), 0.25f),
+                        std::vector<float>(size_t(g.m * g.n))});
+  if (shapes.empty() || seconds <= 0) return 0;
+  auto gemm = [&](Shape& o) {
+    const GemmCall& g = o.g;
+    dev->gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, o.a.data(),
+              int(g.trans_a ? g.m : g.k), o.b.data(), int(g.trans_b ? g.k : g.n), 0.0f,
+              o.c.data(), int(g.n));
+    return 2.0 * double(g.m) * double(g.n) * double(g.k);
+  };
+  for (Shape& o : shapes) gemm(o);  // warm-up: page in the operands and BLAS's buffers
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  double flops = 0, s = 0;
+  while (s < seconds)
+    for (Shape& o : shapes) {
+      for (uint64_t i = 0; i < o.calls && s < seconds; ++i) {
+        flops += gemm(o);
+        s = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+    }
+  return flops / s / 1e9;
+}
+
 PeakCalibration with_gemm_mix(PeakCalibration p,
                               const std::vector<std::pair<GemmCall, uint64_t>>& calls) {
   p.gemm_mix_gflops = measure_gemm_mix(calls);

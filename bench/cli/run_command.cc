@@ -570,7 +570,8 @@ void measured_compute_slowdown(Job& j) {
   const std::vector<std::pair<GemmCall, uint64_t>> calls = run_gemm_calls(j.cfg);
   const int world = j.topo.world_size();
   j.mpi.barrier();
-  const double mean_gflops = j.mpi.sum_over_ranks(measure_gemm_mix(calls, 0.02)) / world;
+  const double mean_gflops =
+      j.mpi.sum_over_ranks(run_gemm_list(calls)) / world;
   if (j.peak.gemm_mix_gflops <= 0 || mean_gflops <= 0) return;
   Cluster& c = *j.pc.cluster;
   c.measured_slowdown = j.peak.gemm_mix_gflops / mean_gflops;
@@ -596,7 +597,9 @@ void measured_prediction_network(Job& j) {
     const bool unshaped = j.network && j.network->value("hosts", "") == "netns" &&
                           j.network->value("shaping", nlohmann::json()).is_null();
     const std::string line = apply_collective_latency(
-        *j.pc.cluster, measure_collective_latency(j.mpi, j.topo, j.cfg.collectives, unshaped),
+        *j.pc.cluster,
+        measure_collective_latency(j.mpi, j.topo, j.cfg.collectives, unshaped,
+                                   j.pc.cluster->oversubscription(j.topo.world_size()) > 1.0),
         j.topo, j.network ? j.pc.cluster->inter.latency_s : 0.0);
     if (!line.empty()) j.pc.cluster->source += "; " + line;
     measured_compute_slowdown(j);

@@ -332,6 +332,10 @@ nlohmann::json cluster_json(const Cluster& c) {
           {"host_cores", c.host_cores},
           {"measured_slowdown", c.measured_slowdown},
           {"measured_world", c.measured_world},
+          {"beside_compute_base_s", c.beside_compute_base_s},
+          {"beside_compute_step_s", c.beside_compute_step_s},
+          {"after_compute_sync_s", c.after_compute_sync_s},
+          {"after_compute_burst_s", c.after_compute_burst_s},
           {"bf16_matmul", c.bf16_matmul},
           {"intra", link(c.intra)},
           {"inter", link(c.inter)},
@@ -359,6 +363,10 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   c.host_cores = count(j, "host_cores", c.host_cores);
   c.measured_slowdown = num(j, "measured_slowdown", c.measured_slowdown);
   c.measured_world = count(j, "measured_world", c.measured_world);
+  c.beside_compute_base_s = num(j, "beside_compute_base_s", c.beside_compute_base_s);
+  c.beside_compute_step_s = num(j, "beside_compute_step_s", c.beside_compute_step_s);
+  c.after_compute_sync_s = num(j, "after_compute_sync_s", c.after_compute_sync_s);
+  c.after_compute_burst_s = num(j, "after_compute_burst_s", c.after_compute_burst_s);
   c.cuda_context_bytes = num(j, "cuda_context_bytes", c.cuda_context_bytes);
   c.nccl_buffsize_bytes = num(j, "nccl_buffsize_bytes", c.nccl_buffsize_bytes);
   c.nccl_channels = count(j, "nccl_channels", c.nccl_channels);
@@ -376,6 +384,10 @@ Cluster cluster_from_json(const nlohmann::json& j) {
   if (c.ranks_per_node < 1) bad("ranks_per_node must be >= 1");
   if (c.measured_slowdown < 0 || c.measured_world < 0)
     bad("measured_slowdown and measured_world must be >= 0 (0: not measured)");
+  if (c.beside_compute_base_s < 0 || c.beside_compute_step_s < 0 ||
+      c.after_compute_sync_s < 0 || c.after_compute_burst_s < 0)
+    bad("beside_compute_base_s, beside_compute_step_s, after_compute_sync_s and "
+        "after_compute_burst_s must be >= 0 (0: not measured)");
   if (c.cuda_context_bytes < 0 || c.nccl_buffsize_bytes < 0 || c.nccl_channels < 0)
     bad("cuda_context_bytes, nccl_buffsize_bytes and nccl_channels must be >= 0");
   if (c.intra.bw_bytes_per_s <= 0 || c.inter.bw_bytes_per_s <= 0)

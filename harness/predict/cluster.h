@@ -69,6 +69,16 @@ struct Cluster {
   // 2.0-2.4x measured for 4 ranks on 2 cores here, and up to 1.06x for 2 on 2).
   double measured_slowdown = 0;
   int measured_world = 0;
+  // > 0 (a CPU run's calibration, where ranks outnumber cores): how much longer a collective
+  // takes while the ranks' compute runs beside it than alone, per collective and per ring
+  // step. Each step waits for its peer's comm thread to be scheduled behind the compute
+  // threads; timed at start with 1 KiB rings beside a thread of sgemms on every rank.
+  double beside_compute_base_s = 0, beside_compute_step_s = 0;
+  // > 0 (the same calibration): how long a rank that blocks on a collective right after
+  // computing waits for its peers, time-sliced on the same cores, to reach it (the mean of a
+  // 1 KiB all-reduce after a burst of sgemms on every rank, less its idle time), and the
+  // burst's own time (its mean over ranks and repeats): after less compute, that share of it.
+  double after_compute_sync_s = 0, after_compute_burst_s = 0;
   LinkClass intra, inter;
   KernelModel kernels;
   // Device memory outside the tensors (GPU clusters; 0 on CPU): the CUDA context, and NCCL's

@@ -66,6 +66,7 @@ class MeasuredStep final : public StepObserver {
   }
   void measured_end() override {
     busy_s_ = clock_.busy_s - at_begin_.busy_s;
+    comm_busy_s_ = clock_.comm_busy_s() - at_begin_.comm_busy_s();
     for (int k = 0; k < kNumKernelClasses; ++k)
       class_s_[size_t(k)] = clock_.class_s[size_t(k)] - at_begin_.class_s[size_t(k)];
     launch_s_ = clock_.launch_s - at_begin_.launch_s;
@@ -73,6 +74,10 @@ class MeasuredStep final : public StepObserver {
   }
   double busy_s() const { return busy_s_; }
   void fill(Prediction& p) const {
+    // Collectives re-timed where the compute blocked on them: their busy time is the clock's,
+    // not the ledger's (each entry keeps its time as issued, beside compute).
+    if (clock_.beside_compute)
+      for (StepPhases& s : p.phases) s.comm_busy_s = comm_busy_s_;
     p.kernel_s = class_s_;
     p.launch_s = launch_s_;
     p.contention_s = contention_s_;
@@ -83,7 +88,7 @@ class MeasuredStep final : public StepObserver {
   TrafficAccount& account_;
   SimClock& clock_;
   SimClock at_begin_;
-  double busy_s_ = 0, launch_s_ = 0, contention_s_ = 0;
+  double busy_s_ = 0, launch_s_ = 0, contention_s_ = 0, comm_busy_s_ = 0;
   ClassSeconds class_s_{};
 };
 
@@ -249,6 +254,12 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   const Topology sim_topo = simulated_topology(N, G, P, topo);
   SimClock clock;
   clock.serial = cluster.oversubscription(N) > 1.0;
+  clock.beside_compute =
+      clock.serial && cluster.beside_compute_base_s + cluster.beside_compute_step_s > 0;
+  if (clock.beside_compute) {
+    clock.sync_s = cluster.after_compute_sync_s;
+    clock.sync_after_s = cluster.after_compute_burst_s;
+  }
   AllocatorModel allocations;
   const std::unique_ptr<Device> device = make_sim_device(
       cluster, N, clock, shape.bare ? nullptr : &shape.config, cfg.batch_per_rank, &allocations);

@@ -9,21 +9,39 @@ BackendResult SimBackend::run(const CollectiveOp& op) {
   const double duration =
       account_->add(
       PredictedCall{op.kind, op.group->kind, uint64_t(op.count), op.dtype, op.root_index});
+  BackendResult r;
+  r.counted = false;  // the ledger takes the ring model's bytes: this is a prediction
+  if (clock_.beside_compute) {
+    // Its input on the other stream: where that one ends as timed now.
+    const double input = op.ready_s > 0 ? clock_.end_of(1 - stream_, op.ready_s) : 0.0;
+    double start = 0;
+    r.end_s = clock_.issue(stream_, std::max(clock_.compute_s, input), duration,
+                           account_->last_beside_compute_s(), account_->last_cpu_share(), start);
+    r.device_seconds = r.end_s - start;
+    return r;
+  }
   const double start = std::max({clock_.compute_s, free_s_, op.ready_s});
   free_s_ = start + duration;
   if (clock_.serial && duration > 0)
     clock_.comm_windows.push_back({start, free_s_, account_->last_cpu_share()});
-  BackendResult r;
-  r.counted = false;  // the ledger takes the ring model's bytes: this is a prediction
   r.device_seconds = duration;
   r.end_s = free_s_;
   return r;
 }
 
 double SimBackend::wait_until(double end_s) {
-  const double blocked = std::max(0.0, end_s - clock_.compute_s);
+  const double until = clock_.beside_compute ? clock_.block_on(stream_, end_s) : end_s;
+  const double blocked = std::max(0.0, until - clock_.compute_s);
   clock_.compute_s += blocked;
   return blocked;
+}
+
+bool SimBackend::done_by_now(double end_s) const {
+  return (clock_.beside_compute ? clock_.end_of(stream_, end_s) : end_s) <= clock_.compute_s;
+}
+
+double SimBackend::wait_all() {
+  return wait_until(clock_.beside_compute ? clock_.last_key(stream_) : free_s_);
 }
 
 }  // namespace sb

@@ -5,7 +5,8 @@
 // SimBackend per CommStream, sharing the clock): start = max(issue time on the compute clock,
 // stream free, input from the other stream done), duration = traffic.cc's alpha-beta time of
 // its link classes (two streams do not slow each other). wait() moves the compute clock to the
-// completion.
+// completion. Where the cluster times collectives beside compute on shared cores, the clock
+// times each as beside compute at issue and re-times it where the compute blocks on it.
 #pragma once
 
 #include <memory>
@@ -21,6 +22,7 @@ class SimBackend final : public CommBackend {
   SimBackend(SimClock& clock, TrafficAccount* account, CommStream stream = CommStream::kMain)
       : clock_(clock),
         account_(account),
+        stream_(stream == CommStream::kMain ? 0 : 1),
         free_s_(stream == CommStream::kMain ? clock.comm_free_s : clock.side_comm_free_s) {}
   // Where the next collectives are summed (the measured step gets an account of its own).
   void set_account(TrafficAccount* account) { account_ = account; }
@@ -29,13 +31,14 @@ class SimBackend final : public CommBackend {
   BackendResult run(const CollectiveOp& op) override;
   bool runs_at_issue() const override { return true; }
   double wait_until(double end_s) override;
-  bool done_by_now(double end_s) const override { return end_s <= clock_.compute_s; }
-  double wait_all() override { return wait_until(free_s_); }
+  bool done_by_now(double end_s) const override;
+  double wait_all() override;
   double now_s() const override { return clock_.compute_s; }
 
  private:
   SimClock& clock_;
   TrafficAccount* account_;
+  int stream_;      // SimClock's index of this backend's stream
   double& free_s_;  // when this backend's stream is next idle (a SimClock field)
 };
 

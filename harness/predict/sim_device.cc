@@ -3,7 +3,6 @@
 #include "harness/predict/sim_device.h"
 
 #include <algorithm>
-#include <limits>
 #include <unordered_map>
 
 #include "harness/common/check.h"
@@ -257,27 +256,6 @@ void AllocatorModel::add(uint64_t bytes, int sign) {
 
 uint64_t AllocatorModel::reserved() const {
   return round_up(small, kSmallBuffer) + round_up(mid, kLargeBuffer) + large;
-}
-
-double SimClock::serial_kernel_end(double from_s, double work_s) {
-  std::erase_if(comm_windows, [&](const CommWindow& w) { return w.end_s <= from_s; });
-  double t = from_s;
-  while (work_s > 0) {
-    double share = 0, next = std::numeric_limits<double>::infinity();
-    for (const CommWindow& w : comm_windows) {
-      if (w.start_s <= t && t < w.end_s) {
-        share += w.cpu_share;
-        next = std::min(next, w.end_s);
-      } else if (w.start_s > t) {
-        next = std::min(next, w.start_s);
-      }
-    }
-    const double rate = 1.0 - std::min(1.0, share);
-    if (rate > 0 && t + work_s / rate <= next) return t + work_s / rate;
-    work_s -= (next - t) * rate;  // next is finite here: no window ahead means rate 1
-    t = next;
-  }
-  return t;
 }
 
 std::unique_ptr<Device> make_sim_device(const Cluster& cluster, int world, SimClock& clock,

@@ -14,35 +14,9 @@
 #include "harness/model/config.h"
 #include "harness/predict/cluster.h"
 #include "harness/predict/kernel_cost.h"
+#include "harness/predict/sim_clock.h"
 
 namespace sb {
-
-// The simulated rank's time: the compute stream and the communication stream.
-struct SimClock {
-  double compute_s = 0;    // where the compute stream is
-  double comm_free_s = 0;  // when the communication stream is next idle
-  double side_comm_free_s = 0;  // when the side comm stream (CommStream::kSide) is next idle
-  double comm_idle_s() const {  // when both are
-    return comm_free_s > side_comm_free_s ? comm_free_s : side_comm_free_s;
-  }
-  double busy_s = 0;       // kernel time so far (compute without the waits)
-  bool serial = false;     // ranks outnumber cores: communication takes the compute's cores
-  // Serial: each collective in flight, with the share of its time its CPU work takes (below 1
-  // where it waits on a shaped link, whose bytes the cores move faster than the link does).
-  struct CommWindow {
-    double start_s, end_s, cpu_share;
-  };
-  std::vector<CommWindow> comm_windows;
-  // Serial: when a kernel of `work_s` started at `from_s` ends, progressing at 1 - the CPU share
-  // of the collectives in flight (nothing where it is 1: the kernel waits for the cores).
-  double serial_kernel_end(double from_s, double work_s);
-  // busy_s by where it went: each kernel class at its own rate, the launch floor of kernels
-  // shorter than a launch, and the slow-down of kernels that ran beside a collective.
-  ClassSeconds class_s{};
-  double launch_s = 0, contention_s = 0;
-  // Every GEMM the compute stream ran, by shape: what a CPU calibrates its GEMM rate on.
-  std::map<GemmCall, uint64_t> gemm_calls;
-};
 
 // PyTorch's CUDA caching allocator over the simulated device's allocations, at its peak:
 // what it would reserve from cudaMalloc (segments) for the bytes live, by its size classes

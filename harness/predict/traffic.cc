@@ -144,6 +144,7 @@ double TrafficAccount::add(const PredictedCall& c) {
   const int n = n_of(c.group);
   const CollectiveSpec& spec = collective_spec(c.kind);
   last_cpu_share_ = 1;
+  last_beside_s_ = 0;
   if (n <= 1 || spec.algo == CollAlgo::kNone) return 0;
   const uint64_t rem = c.count % uint64_t(n);
   uint64_t max_rank = max_position_sent_elements(c.kind, c.count, n) * e, sent = 0, node_inter = 0;
@@ -238,6 +239,8 @@ double TrafficAccount::call_time(const PredictedCall& c, uint64_t max_rank_bytes
   }
   last_cpu_share_ =
       latency + bw_t > 0 ? std::min(1.0, (latency + cpu_t) / (latency + bw_t)) : 1.0;
+  const double waits = cluster_.beside_compute_base_s + steps * cluster_.beside_compute_step_s;
+  last_beside_s_ = std::max(latency + bw_t, latency + std::min(cpu_t, bw_t) + waits);
   return latency + bw_t;
 }
 

@@ -53,6 +53,10 @@ class TrafficAccount {
   // inter-node link slower than its fabric, the rate the cores move them at (namespace hosts
   // on a shaped link).
   double last_cpu_share() const { return last_cpu_share_; }
+  // The last collective's time while the ranks' compute runs beside it on shared cores: its
+  // CPU work and latency plus the cluster's beside_compute waits for its ring steps, at least
+  // its time alone (a link's wait hides the scheduling waits: TCP's buffers keep it busy).
+  double last_beside_compute_s() const { return last_beside_s_; }
   Traffic finish() const;
 
  private:
@@ -76,6 +80,7 @@ class TrafficAccount {
   std::array<std::vector<int64_t>, 3> diff_;
   Traffic t_;
   double last_cpu_share_ = 1;
+  double last_beside_s_ = 0;
 };
 
 // Per-position bytes of one ring collective: what ring_model_sent returns, in closed form.

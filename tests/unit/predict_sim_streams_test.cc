@@ -123,5 +123,117 @@ TEST(SimStreams, ACollectiveOnAShapedLinkTakesTheCoresItsTcpCostsForItsTime) {
   EXPECT_DOUBLE_EQ(nic.last_cpu_share(), 1.0);
 }
 
+// Where collectives are timed beside compute (ranks outnumbering cores, with the run's waits
+// measured): a collective is timed at issue as beside compute, its alone time stretched to its
+// beside time; when the compute blocks on it, what is left of it and of what is queued before it
+// runs at its alone rate. Exact logical times, no MPI.
+TEST(SimStreams, ACollectiveBesideComputeIsRetimedAloneWhereTheComputeBlocksOnIt) {
+  SimClock c;
+  c.serial = c.beside_compute = true;
+  double start = -1;
+  const double a = c.issue(0, 0.0, 1.0, 4.0, 1.0, start);  // alone 1 s, beside compute 4 s
+  EXPECT_DOUBLE_EQ(start, 0.0);
+  EXPECT_DOUBLE_EQ(a, 4.0);
+  ASSERT_EQ(c.comm_windows.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.comm_windows[0].cpu_share, 0.25) << "its CPU work over its time beside";
+  c.compute_s = 2.0;  // half its beside time: half its work done, 0.5 s alone left
+  EXPECT_DOUBLE_EQ(c.end_of(0, a), 4.0);
+  EXPECT_DOUBLE_EQ(c.block_on(0, a), 2.5);
+  EXPECT_DOUBLE_EQ(c.end_of(0, a), 2.5);
+  EXPECT_DOUBLE_EQ(c.comm_free_s, 2.5);
+  c.compute_s = 2.5;
+  EXPECT_DOUBLE_EQ(c.block_on(0, a), 2.5) << "done: no wait";
+  c.compute_s = 3.0;
+  double s2 = 0;
+  const double b = c.issue(0, 3.0, 1.0, 2.0, 1.0, s2);
+  EXPECT_TRUE(c.queues[0].size() == 1 && s2 == 3.0) << "the ended one is dropped";
+  EXPECT_DOUBLE_EQ(c.block_on(0, 99.0), 3.0) << "a key no longer queued has ended";
+  EXPECT_DOUBLE_EQ(b, 5.0);
+}
+
+TEST(SimStreams, BlockingOnACollectiveRunsWhatIsQueuedBeforeItAndTheOtherStreamAlone) {
+  SimClock c;
+  c.serial = c.beside_compute = true;
+  double s = 0;
+  const double a = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);  // 0 -> 2 beside
+  const double b = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);  // queued: 2 -> 4
+  const double side = c.issue(1, 0.0, 3.0, 6.0, 1.0, s);  // the side stream: 0 -> 6
+  const double after = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);  // 4 -> 6
+  EXPECT_DOUBLE_EQ(b, 4.0);
+  EXPECT_DOUBLE_EQ(after, 6.0);
+  c.compute_s = 1.0;  // a is half done
+  EXPECT_DOUBLE_EQ(c.block_on(0, b), 2.5);  // a's 0.5 s left, then b's 1 s, alone
+  EXPECT_DOUBLE_EQ(c.end_of(0, a), 1.5);
+  // the side stream: 0.5 s of its 3 done by 1.0, alone until 2.5 (1.5 s), its last 1 s beside
+  EXPECT_DOUBLE_EQ(side, 6.0);
+  EXPECT_DOUBLE_EQ(c.end_of(1, side), 4.5);
+  // queued after b: it starts when b ends and runs beside the compute that resumes
+  EXPECT_DOUBLE_EQ(c.end_of(0, after), 4.5);
+  EXPECT_DOUBLE_EQ(c.last_key(0), after);
+  EXPECT_DOUBLE_EQ(c.comm_free_s, 4.5);
+  EXPECT_DOUBLE_EQ(c.side_comm_free_s, 4.5);
+  EXPECT_DOUBLE_EQ(c.comm_busy_s(), 1.5 + 1.0 + 2.0 + 4.5) << "as re-timed";
+  c.compute_s = 5.0;
+  c.issue(0, 5.0, 0.0, 0.0, 1.0, s);  // drops the four ended ones
+  EXPECT_DOUBLE_EQ(c.comm_busy_s(), 9.0) << "what ended is kept";
+}
+
+// A rank that blocks right after computing waits for the last of its peers to reach the
+// collective (SimClock::sync_s): at most the kernel time since it last blocked (or that share of
+// the compute it was measured after), so a chain of collectives with nothing computed between
+// them pays it once.
+TEST(SimStreams, ABlockAfterComputeWaitsForTheLastRankToArrive) {
+  SimClock c;
+  c.serial = c.beside_compute = true;
+  c.sync_s = 0.5;
+  double s = 0;
+  const double a = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);
+  c.compute_s = c.busy_s = 1.0;
+  // beside until 1.5 (0.75 done), then alone: 0.25 more
+  EXPECT_DOUBLE_EQ(c.block_on(0, a), 1.75);
+  c.compute_s = 1.75;
+  const double b = c.issue(0, 1.75, 1.0, 2.0, 1.0, s);
+  EXPECT_DOUBLE_EQ(c.block_on(0, b), 2.75) << "no compute since the last block: no wait";
+  c.compute_s = 2.75;
+  c.busy_s += 0.1;  // a short kernel: the ranks drift apart by at most its time
+  const double d = c.issue(0, 2.75, 1.0, 2.0, 1.0, s);
+  // the first 0.1 beside (0.05 done), then alone: 0.95 more
+  EXPECT_DOUBLE_EQ(c.block_on(0, d), 2.85 + 0.95);
+
+  // measured after 2 s of compute: after 1 s, half of it
+  SimClock p;
+  p.serial = p.beside_compute = true;
+  p.sync_s = 0.5;
+  p.sync_after_s = 2.0;
+  const double e = p.issue(0, 0.0, 1.0, 2.0, 1.0, s);
+  p.compute_s = p.busy_s = 1.0;
+  EXPECT_DOUBLE_EQ(p.block_on(0, e), 1.625);  // beside until 1.25 (0.625 done), 0.375 alone
+  p.compute_s = 1.625;
+  p.busy_s = 4.0;  // more than the burst: the whole wait
+  const double f = p.issue(0, 1.625, 1.0, 2.0, 1.0, s);
+  EXPECT_DOUBLE_EQ(p.block_on(0, f), 2.125 + 0.75);
+}
+
+// The time a collective takes beside compute: its time alone plus the cluster's waits, the
+// per-collective one and one per ring step; on a link slower than the cores (a shaped one), at
+// least its link time, as the waits hide behind the link's.
+TEST(SimStreams, ACollectiveBesideComputeAddsTheMeasuredWaitsPerRingStep) {
+  Cluster cl = load_cluster("dgx-a100-80g");
+  cl.beside_compute_base_s = 4e-3;
+  cl.beside_compute_step_s = 1e-3;
+  TrafficAccount account(4, 2, cl);
+  const double t = account.add({CollKind::kAllReduce, GroupKind::kWorld, 1024, DType::kF32});
+  EXPECT_NEAR(account.last_beside_compute_s(), t + 4e-3 + 6 * 1e-3, 1e-15);  // 2 (4 - 1) steps
+  const double g = account.add({CollKind::kAllGather, GroupKind::kIntra, 1024, DType::kF32});
+  EXPECT_NEAR(account.last_beside_compute_s(), g + 4e-3 + 1e-3, 1e-15);  // one step
+  cl.host_cores = 2;
+  cl.inter = LinkClass{25e6, 20e-6, false};  // 0.2 Gb/s per host
+  cl.inter.stream_bytes_per_s = 600e6;
+  TrafficAccount shaped(4, 2, cl);
+  const double big = shaped.add({CollKind::kAllReduce, GroupKind::kInter, 1 << 22, DType::kF32});
+  EXPECT_GT(big, 1.0);
+  EXPECT_DOUBLE_EQ(shaped.last_beside_compute_s(), big) << "the link's wait hides the waits";
+}
+
 }  // namespace
 }  // namespace sb
