@@ -2,7 +2,6 @@
 #include "bench/cli/collective_latency.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -51,22 +50,20 @@ class Sgemms {
  private:
   static constexpr int kN = 384;
   std::unique_ptr<Device> dev_ = make_cpu_device();
-  std::vector<float> a_ = std::vector<float>(kN * kN, 0.5f), b_ = std::vector<float>(kN * kN, 0.25f),
-                     c_ = std::vector<float>(kN * kN);
+  std::vector<float> a_ = std::vector<float>(kN * kN, 0.5f);
+  std::vector<float> b_ = std::vector<float>(kN * kN, 0.25f), c_ = std::vector<float>(kN * kN);
 };
 
 // The 1 KiB rings while a thread of this rank runs sgemms without pause: every rank's, so the
 // cores are as busy as in a step's compute.
 void measure_beside_compute(Communicator& comm, int repeats, CollectiveLatency& l) {
-  std::atomic<bool> stop{false};
-  std::thread compute([&stop] {
+  // jthread: stopped and joined on every exit, a throwing collective's too
+  const std::jthread compute([](const std::stop_token& stop) {
     Sgemms sgemms;
-    while (!stop.load(std::memory_order_relaxed)) sgemms.run(1);
+    while (!stop.stop_requested()) sgemms.run(1);
   });
   l.world_beside_s = median_all_reduce(comm, GroupKind::kWorld, repeats);
   l.intra_beside_s = median_all_reduce(comm, GroupKind::kIntra, repeats);
-  stop = true;
-  compute.join();
 }
 
 // A 1 KiB world all-reduce right after 10 sgemms (~20 ms at 2 ranks a core), on every rank:
@@ -95,7 +92,7 @@ void mean_all_reduce_after_compute(Communicator& comm, int repeats, CollectiveLa
 // at least 0; one ring (one node, or one rank per node): base 0.
 std::pair<double, double> split_latency(double world_s, double node_s, double world_steps,
                                         double node_steps, bool two_rings) {
-  if (!two_rings || node_s <= 0) return {0.0, world_s / world_steps};
+  if (!two_rings) return {0.0, world_s / world_steps};
   const double step = std::max(0.0, (world_s - node_s) / (world_steps - node_steps));
   return {std::max(0.0, node_s - node_steps * step), step};
 }
@@ -120,7 +117,7 @@ CollectiveLatency measure_collective_latency(MpiRuntime& mpi, const Topology& to
     l.big_s = median_all_reduce(comm, l.big_group, 15, kBigCount);
     if (world_bandwidth)
       l.world_big_s = median_all_reduce(comm, GroupKind::kWorld, 3, kWorldBigCount);
-    // 15: each takes 2-3 of the scheduler's ticks (8-12 ms at 4 ranks on 2 cores)
+    // 15: each takes 2-3 of the scheduler's ticks (8-24 ms at 4 ranks on 2 cores)
     if (beside_compute) {
       measure_beside_compute(comm, 15, l);
       mean_all_reduce_after_compute(comm, 15, l);

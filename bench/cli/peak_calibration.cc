@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -223,25 +224,24 @@ double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
   return seconds > 0 ? flops / seconds / 1e9 : 0;
 }
 
-double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, double seconds) {
+double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, double seconds,
+                     const std::function<void()>& before_timing) {
   openblas_set_num_threads(1);
   auto dev = make_cpu_device();
   struct Shape {
     GemmCall g;
-    uint64_t calls;
+    double weight, credit = 0;  // the step's count of it; smooth weighted round-robin
     std::vector<float> a, b, c;
   };
   std::vector<Shape> shapes;
-  uint64_t fewest = 0;
+  double total = 0;
   for (const auto& [g, count] : calls)
-    if (count > 0) fewest = fewest == 0 ? count : std::min(fewest, count);
-  for (const auto& [g, count] : calls)  // the step's proportions, the rarest shape once
-    if (count > 0)
-      shapes.push_back({g, std::max<uint64_t>(1, uint64_t(std::llround(double(count) / fewest))),
-                        std::vector<float>(size_t(g.m * g.k), 0.5f),
+    if (count > 0) {
+      shapes.push_back({g, double(count), 0.0, std::vector<float>(size_t(g.m * g.k), 0.5f),
                         std::vector<float>(size_t(g.k * g.n), 0.25f),
                         std::vector<float>(size_t(g.m * g.n))});
-  if (shapes.empty() || seconds <= 0) return 0;
+      total += double(count);
+    }
   auto gemm = [&](Shape& o) {
     const GemmCall& g = o.g;
     dev->gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, o.a.data(),
@@ -250,16 +250,23 @@ double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, do
     return 2.0 * double(g.m) * double(g.n) * double(g.k);
   };
   for (Shape& o : shapes) gemm(o);  // warm-up: page in the operands and BLAS's buffers
+  if (before_timing) before_timing();
+  if (shapes.empty() || seconds <= 0) return 0;
+  // Each call goes to the shape furthest behind its share of the step's calls, so any window,
+  // however it ends, holds the step's proportions to within one call a shape.
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   double flops = 0, s = 0;
-  while (s < seconds)
+  while (s < seconds) {
+    Shape* next = &shapes.front();
     for (Shape& o : shapes) {
-      for (uint64_t i = 0; i < o.calls && s < seconds; ++i) {
-        flops += gemm(o);
-        s = std::chrono::duration<double>(Clock::now() - t0).count();
-      }
+      o.credit += o.weight;
+      if (o.credit > next->credit) next = &o;
     }
+    next->credit -= total;
+    flops += gemm(*next);
+    s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   return flops / s / 1e9;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,15 +72,16 @@ QuantizerRates measure_quantizer(int repeats = 5, double block_s = 0.03);
 // `small`'s thin ones (k = 256) run 86-96 % of it (sb_micro_bench's gemm/ rows).
 double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
                         double per_shape_s = 0.01);
-// The same GEMMs in the step's proportions (every shape its count of calls over the rarest
-// one's), cycled after one warm-up call each until `seconds` have passed: their FLOPs over that
-// time, GFLOP/s (0 for none). Timed on every rank at once after a barrier, every rank busy for
-// the whole window, it is what a step's GEMMs get of the shared cores. One window spanning many
-// scheduler slices, not one per shape (20 ms windows gave 2.05-2.41x at 4 ranks on 2 cores
-// from run to run, against forward times that moved 4 %), and a window of time, not a pass of
-// work (a rank done early leaves the others the cores: 1.77x seen).
+// The same GEMMs in the step's proportions (every call to the shape furthest behind its
+// count's share), after one warm-up call each and then `before_timing` (a barrier: every rank
+// starts its window together), until `seconds` have passed: their FLOPs over that time,
+// GFLOP/s (0 for none). Timed on every rank at once, every rank busy for the whole window, it
+// is what a step's GEMMs get of the shared cores. One window spanning many scheduler slices,
+// not one per shape (20 ms windows gave 2.05-2.41x at 4 ranks on 2 cores from run to run,
+// against forward times that moved 4 %), and a window of time, not a pass of work (a rank done
+// early leaves the others the cores: 1.77x seen).
 double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
-                     double seconds = 0.5);
+                     double seconds = 0.5, const std::function<void()>& before_timing = {});
 // p with the GEMM mix of `calls` measured in this process (not cached: it is the model's).
 PeakCalibration with_gemm_mix(PeakCalibration p,
                               const std::vector<std::pair<GemmCall, uint64_t>>& calls);

@@ -569,9 +569,8 @@ int run_matrix(Job& j, std::map<std::string, nlohmann::json> kept) {
 void measured_compute_slowdown(Job& j) {
   const std::vector<std::pair<GemmCall, uint64_t>> calls = run_gemm_calls(j.cfg);
   const int world = j.topo.world_size();
-  j.mpi.barrier();
   const double mean_gflops =
-      j.mpi.sum_over_ranks(run_gemm_list(calls)) / world;
+      j.mpi.sum_over_ranks(run_gemm_list(calls, 0.5, [&] { j.mpi.barrier(); })) / world;
   if (j.peak.gemm_mix_gflops <= 0 || mean_gflops <= 0) return;
   Cluster& c = *j.pc.cluster;
   c.measured_slowdown = j.peak.gemm_mix_gflops / mean_gflops;

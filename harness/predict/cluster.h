@@ -66,13 +66,14 @@ struct Cluster {
   // > 0 (a CPU run's calibration): how many times longer the run's GEMMs took on one rank
   // while all `measured_world` ranks ran them at once than alone, which replaces the rule
   // world / host_cores at that world where above it (time-slicing, shared caches and memory:
-  // 2.0-2.4x measured for 4 ranks on 2 cores here, and up to 1.06x for 2 on 2).
+  // 2.06-2.11x measured for 4 ranks on 2 cores here, and up to 1.06x for 2 on 2).
   double measured_slowdown = 0;
   int measured_world = 0;
   // > 0 (a CPU run's calibration, where ranks outnumber cores): how much longer a collective
   // takes while the ranks' compute runs beside it than alone, per collective and per ring
   // step. Each step waits for its peer's comm thread to be scheduled behind the compute
-  // threads; timed at start with 1 KiB rings beside a thread of sgemms on every rank.
+  // threads; timed at start with 1 KiB rings beside a thread of sgemms on every rank. They
+  // and the two below apply at measured_world only.
   double beside_compute_base_s = 0, beside_compute_step_s = 0;
   // > 0 (the same calibration): how long a rank that blocks on a collective right after
   // computing waits for its peers, time-sliced on the same cores, to reach it (the mean of a

@@ -254,8 +254,9 @@ Prediction predict(const PredictConfig& cfg, const std::string& strategy, const 
   const Topology sim_topo = simulated_topology(N, G, P, topo);
   SimClock clock;
   clock.serial = cluster.oversubscription(N) > 1.0;
-  clock.beside_compute =
-      clock.serial && cluster.beside_compute_base_s + cluster.beside_compute_step_s > 0;
+  // The waits beside compute were measured at one world, as the slow-down was.
+  clock.beside_compute = clock.serial && N == cluster.measured_world &&
+                         cluster.beside_compute_base_s + cluster.beside_compute_step_s > 0;
   if (clock.beside_compute) {
     clock.sync_s = cluster.after_compute_sync_s;
     clock.sync_after_s = cluster.after_compute_burst_s;

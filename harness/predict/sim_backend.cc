@@ -12,11 +12,10 @@ BackendResult SimBackend::run(const CollectiveOp& op) {
   BackendResult r;
   r.counted = false;  // the ledger takes the ring model's bytes: this is a prediction
   if (clock_.beside_compute) {
-    // Its input on the other stream: where that one ends as timed now.
-    const double input = op.ready_s > 0 ? clock_.end_of(1 - stream_, op.ready_s) : 0.0;
+    // op.ready_s: its input on the other stream, by the key its issue returned.
     double start = 0;
-    r.end_s = clock_.issue(stream_, std::max(clock_.compute_s, input), duration,
-                           account_->last_beside_compute_s(), account_->last_cpu_share(), start);
+    r.end_s = clock_.issue(stream_, clock_.compute_s, duration, account_->last_beside_compute_s(),
+                           account_->last_cpu_share(), start, op.ready_s);
     r.device_seconds = r.end_s - start;
     return r;
   }

@@ -3,6 +3,7 @@
 #include "harness/predict/sim_clock.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace sb {
@@ -10,8 +11,9 @@ namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
 
-// Of r's time alone, what it has done by t (t >= r.ref_s).
+// Of r's time alone, what it has done by t (done_s where t is before ref_s).
 double progress(const CommRecord& r, double t) {
+  t = std::max(t, r.ref_s);
   const double alone_end = std::max(r.ref_s, r.alone_until_s);
   const double alone = std::clamp(t, r.ref_s, alone_end) - r.ref_s;
   const double beside = std::max(0.0, t - alone_end);
@@ -51,22 +53,36 @@ double SimClock::serial_kernel_end(double from_s, double work_s) {
 }
 
 double SimClock::issue(int stream, double ready_s, double alone_s, double beside_s,
-                       double cpu_share, double& start_s) {
+                       double cpu_share, double& start_s, double input_key) {
   CommRecord r;
   r.ready_s = ready_s;
+  if (input_key > 0) {
+    r.input_stream = 1 - stream;
+    r.input_key = input_key;
+  }
   r.alone_s = alone_s;
   r.beside_s = std::max(alone_s, beside_s);
   r.cpu_share = r.beside_s > 0 ? cpu_share * alone_s / r.beside_s : 1.0;
-  r.start_s = r.ref_s = r.alone_until_s = std::max(ready_s, free_of(stream));
-  r.end_s = r.key_s = finish(r);
+  r.start_s = r.ref_s = r.alone_until_s = std::max(ready_of(r), free_of(stream));
+  r.end_s = finish(r);
+  // A handle finds its collective by this key; after a re-time an end can come out equal to an
+  // earlier collective's key, so keys only grow.
+  double& last = last_key_[size_t(stream)];
+  r.key_s = last = std::max(r.end_s, std::nextafter(last, kNever));
   start_s = r.start_s;
   queues[size_t(stream)].push_back(r);
   settle();
   return r.key_s;
 }
 
-void SimClock::rerun(std::vector<CommRecord>& q, size_t from, size_t to, double t,
-                     double alone_until, double& cursor) {
+double SimClock::ready_of(const CommRecord& r) const {
+  return r.input_stream < 0 ? r.ready_s
+                            : std::max(r.ready_s, end_of(r.input_stream, r.input_key));
+}
+
+void SimClock::rerun(int s, size_t from, size_t to, double t, double alone_until,
+                     double& cursor) {
+  std::vector<CommRecord>& q = queues[size_t(s)];
   for (size_t i = from; i < to; ++i) {
     CommRecord& r = q[i];
     if (r.end_s <= t) continue;
@@ -74,7 +90,7 @@ void SimClock::rerun(std::vector<CommRecord>& q, size_t from, size_t to, double 
       r.done_s = progress(r, t);
       r.ref_s = t;
     } else {  // queued: starts when the one before it ends
-      r.start_s = r.ref_s = std::max(cursor, r.ready_s);
+      r.start_s = r.ref_s = std::max(cursor, ready_of(r));
       r.done_s = 0;
     }
     r.alone_until_s = std::max(r.ref_s, alone_until);
@@ -94,13 +110,15 @@ double SimClock::block_on(int stream, double key_s) {
   const double t = compute_s + (sync_after_s > 0 ? sync_s * std::min(1.0, computed / sync_after_s)
                                                  : std::min(sync_s, computed));
   busy_at_block_s = busy_s;
+  // It ends, beside the compute it was timed with, before the last rank reaches it: the wait
+  // ends with it, nothing is re-timed.
+  if (own[at].end_s <= t) return own[at].end_s;
   double cursor = t;
-  rerun(own, 0, at + 1, t, kNever, cursor);  // the compute waits: nothing runs beside them
+  rerun(stream, 0, at + 1, t, kNever, cursor);  // the compute waits: nothing runs beside them
   const double end = own[at].end_s;
-  rerun(own, at + 1, own.size(), t, end, cursor);
+  rerun(stream, at + 1, own.size(), t, end, cursor);
   double other = t;
-  std::vector<CommRecord>& side = queues[size_t(1 - stream)];
-  rerun(side, 0, side.size(), t, end, other);
+  rerun(1 - stream, 0, queues[size_t(1 - stream)].size(), t, end, other);
   settle();
   return end;
 }

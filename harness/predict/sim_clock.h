@@ -15,8 +15,11 @@ namespace sb {
 // alone (SimClock::beside_compute). Its progress is counted in seconds of its time alone, so
 // the clock can re-time what is left of it when the compute blocks on it.
 struct CommRecord {
-  double key_s = 0;     // its end as timed at issue: what the caller's handle waits on
-  double ready_s = 0;   // the earliest it may start (its issue, its input on the other stream)
+  double key_s = 0;     // what the caller's handle waits on: its end as timed at issue, made
+                        // unique on its stream (never an earlier key, though ends move)
+  double ready_s = 0;   // the earliest it may start: its issue
+  int input_stream = -1;  // >= 0: it starts after this collective on the other stream ends
+  double input_key = 0;
   double alone_s = 0;   // its time with the cores to itself (traffic.cc)
   double beside_s = 0;  // its time while the ranks' compute runs beside it (>= alone_s)
   double cpu_share = 1;  // of beside_s, the share its CPU work takes from a kernel beside it
@@ -56,13 +59,15 @@ struct SimClock {
   double sync_s = 0, sync_after_s = 0;
   double busy_at_block_s = 0;
   std::array<std::vector<CommRecord>, 2> queues;
-  // Queues a collective on `stream` (0 main, 1 side); returns its end as timed now (its key)
-  // and sets `start_s` to its start.
+  // Queues a collective on `stream` (0 main, 1 side), after the one of `input_key` on the
+  // other stream where that is > 0; returns its key and sets `start_s` to its start.
   double issue(int stream, double ready_s, double alone_s, double beside_s, double cpu_share,
-               double& start_s);
+               double& start_s, double input_key = 0);
   // The compute blocks on the collective whose issue returned key_s: it, and what is queued
   // before it on its stream, run alone from when the last rank reaches it (compute_s + the
-  // sync wait); what the other stream has in flight runs alone until it ends. Returns its end (compute_s when it is no longer queued: it ended).
+  // sync wait); what comes after it on its stream, and everything the other stream holds, runs
+  // alone until it ends and beside compute after. Returns its end (compute_s when it is no
+  // longer queued: it ended).
   double block_on(int stream, double key_s);
   // The key of the stream's last collective (compute_s when none is queued).
   double last_key(int stream) const;
@@ -80,12 +85,17 @@ struct SimClock {
 
  private:
   double& free_of(int stream) { return stream == 0 ? comm_free_s : side_comm_free_s; }
-  // Re-times q[from, to) from `t`, each running alone until `alone_until` and beside compute
-  // after, each starting after `cursor` (moved to each one's end).
-  static void rerun(std::vector<CommRecord>& q, size_t from, size_t to, double t,
-                    double alone_until, double& cursor);
+  // When r may start: its issue, and its input's end as timed now.
+  double ready_of(const CommRecord& r) const;
+  // Re-times queues[s][from, to) from `t`, each running alone until `alone_until` and beside
+  // compute after, each starting after `cursor` (moved to each one's end). An input on the
+  // other stream is taken as that stream is timed when this runs: block_on re-times the
+  // blocked stream first, so a side collective waiting on a main one sees its new end, a main
+  // one waiting on a side one its old (later) one.
+  void rerun(int s, size_t from, size_t to, double t, double alone_until, double& cursor);
   void settle();  // drops what ended by compute_s; the windows and stream ends from the queues
   double ended_busy_s_ = 0;  // the busy time of what settle() dropped
+  std::array<double, 2> last_key_{};  // the last key issued per stream
 };
 
 }  // namespace sb

@@ -178,6 +178,34 @@ TEST(SimStreams, BlockingOnACollectiveRunsWhatIsQueuedBeforeItAndTheOtherStreamA
   EXPECT_DOUBLE_EQ(c.comm_busy_s(), 9.0) << "what ended is kept";
 }
 
+// A side-stream collective that waits on a main-stream one starts where that one ends as
+// re-timed; and a handle's key stays unique on its stream, though a later collective's end can
+// come out equal to an earlier one's key after a re-time.
+TEST(SimStreams, ReTimedInputsMoveTheirDependentsAndKeysStayUnique) {
+  SimClock c;
+  c.serial = c.beside_compute = true;
+  double s = 0;
+  const double a = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);                 // main: 0 -> 2
+  const double after = c.issue(0, 0.0, 1.0, 2.0, 1.0, s);             // main: 2 -> 4
+  const double dep = c.issue(1, 0.0, 1.0, 2.0, 1.0, s, a);            // side, after a
+  EXPECT_DOUBLE_EQ(s, 2.0);
+  EXPECT_DOUBLE_EQ(dep, 4.0);
+  c.compute_s = 1.0;
+  EXPECT_DOUBLE_EQ(c.block_on(0, a), 1.5);  // a: 0.5 done, 0.5 alone
+  ASSERT_EQ(c.queues[1].size(), 1u);
+  EXPECT_DOUBLE_EQ(c.queues[1][0].start_s, 1.5) << "the side one starts when a now ends";
+  EXPECT_DOUBLE_EQ(c.end_of(1, dep), 3.5);
+  EXPECT_DOUBLE_EQ(c.end_of(0, after), 3.5);  // from 1.5, beside the resumed compute
+  c.compute_s = 1.5;
+  // ends at 3.5 + 0.5 = 4.0, the key `after` was issued with
+  const double next = c.issue(0, 1.5, 0.5, 0.5, 1.0, s);
+  EXPECT_GT(next, after);
+  EXPECT_DOUBLE_EQ(c.end_of(0, after), 3.5);
+  EXPECT_DOUBLE_EQ(c.end_of(0, next), 4.0);
+  // its own collective, from 1.5 alone (the later one would end at 3.0)
+  EXPECT_DOUBLE_EQ(c.block_on(0, after), 2.5);
+}
+
 // A rank that blocks right after computing waits for the last of its peers to reach the
 // collective (SimClock::sync_s): at most the kernel time since it last blocked (or that share of
 // the compute it was measured after), so a chain of collectives with nothing computed between
