@@ -175,6 +175,7 @@ std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, con
                          "each host's unshaped link (MPI's TCP, every boundary at once)",
                          l.world_big_s * 1e3, inter_bw * 8 / 1e9);
   }
+  std::string beside;
   if (l.world_beside_s > 0) {
     const auto [wait_base, wait_step] =
         split_latency(std::max(0.0, l.world_beside_s - l.world_s),
@@ -184,7 +185,7 @@ std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, con
     c.beside_compute_step_s = wait_step;
     c.after_compute_sync_s = std::max(0.0, l.world_after_compute_s - l.world_s);
     c.after_compute_burst_s = l.burst_s;
-    across += fmt::format("; beside a thread of sgemms on every rank: world {:.1f} ms, node "
+    beside = fmt::format("; beside a thread of sgemms on every rank: world {:.1f} ms, node "
                           "{:.1f} ms -> {:.2f} ms more per collective + {:.2f} ms per ring step; "
                           "right after 10 sgemms ({:.1f} ms) on every rank: world {:.1f} ms "
                           "(mean) -> {:.2f} ms waited for the last rank",
@@ -198,7 +199,7 @@ std::string apply_collective_latency(Cluster& c, const CollectiveLatency& l, con
                      "on inter-node steps); a 4 MiB all-reduce over {} ranks {:.2f} ms -> "
                      "{:.2f} GB/s per rank in shared memory",
                      l.repeats, l.world_s * 1e6, l.intra_s * 1e6, base * 1e6, step * 1e6,
-                     link * 1e6, n, l.big_s * 1e3, bw / 1e9) + across;
+                     link * 1e6, n, l.big_s * 1e3, bw / 1e9) + across + beside;
 }
 
 }  // namespace sb

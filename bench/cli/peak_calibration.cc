@@ -202,24 +202,37 @@ QuantizerRates measure_quantizer(int repeats, double block_s) {
   return r;
 }
 
+namespace {
+
+// One GEMM shape of a step with operands of its own, called as the step calls it.
+struct ShapeOperands {
+  explicit ShapeOperands(const GemmCall& shape)
+      : g(shape), a(size_t(g.m) * size_t(g.k), 0.5f), b(size_t(g.k) * size_t(g.n), 0.25f),
+        c(size_t(g.m) * size_t(g.n)) {}
+  double flops() const { return 2.0 * double(g.m) * double(g.n) * double(g.k); }
+  void call(Device& dev) {
+    dev.gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, a.data(),
+             int(g.trans_a ? g.m : g.k), b.data(), int(g.trans_b ? g.k : g.n), 0.0f, c.data(),
+             int(g.n));
+  }
+  GemmCall g;
+  std::vector<float> a, b, c;
+};
+
+}  // namespace
+
 double measure_gemm_mix(const std::vector<std::pair<GemmCall, uint64_t>>& calls,
                         double per_shape_s) {
   openblas_set_num_threads(1);
   auto dev = make_cpu_device();
   double flops = 0, seconds = 0;
   for (const auto& [g, count] : calls) {
-    const size_t a_elems = size_t(g.m) * size_t(g.k), b_elems = size_t(g.k) * size_t(g.n);
-    std::vector<float> a(a_elems, 0.5f), b(b_elems, 0.25f), c(size_t(g.m) * size_t(g.n));
-    const int lda = int(g.trans_a ? g.m : g.k), ldb = int(g.trans_b ? g.k : g.n);
-    auto gemm = [&] {
-      dev->gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, a.data(), lda,
-                b.data(), ldb, 0.0f, c.data(), int(g.n));
-    };
+    ShapeOperands shape(g);
+    auto gemm = [&] { shape.call(*dev); };
     gemm();  // warm-up: page in the operands and BLAS's buffers
-    const double call_flops = 2.0 * double(g.m) * double(g.n) * double(g.k);
-    const double rate = block_rates(1, per_shape_s, call_flops, gemm).front();  // FLOP/s
-    flops += call_flops * double(count);
-    seconds += call_flops * double(count) / rate;
+    const double rate = block_rates(1, per_shape_s, shape.flops(), gemm).front();  // FLOP/s
+    flops += shape.flops() * double(count);
+    seconds += shape.flops() * double(count) / rate;
   }
   return seconds > 0 ? flops / seconds / 1e9 : 0;
 }
@@ -229,27 +242,17 @@ double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, do
   openblas_set_num_threads(1);
   auto dev = make_cpu_device();
   struct Shape {
-    GemmCall g;
+    ShapeOperands operands;
     double weight, credit = 0;  // the step's count of it; smooth weighted round-robin
-    std::vector<float> a, b, c;
   };
   std::vector<Shape> shapes;
   double total = 0;
   for (const auto& [g, count] : calls)
     if (count > 0) {
-      shapes.push_back({g, double(count), 0.0, std::vector<float>(size_t(g.m * g.k), 0.5f),
-                        std::vector<float>(size_t(g.k * g.n), 0.25f),
-                        std::vector<float>(size_t(g.m * g.n))});
+      shapes.push_back({ShapeOperands(g), double(count)});
       total += double(count);
     }
-  auto gemm = [&](Shape& o) {
-    const GemmCall& g = o.g;
-    dev->gemm(g.trans_a, g.trans_b, int(g.m), int(g.n), int(g.k), 1.0f, o.a.data(),
-              int(g.trans_a ? g.m : g.k), o.b.data(), int(g.trans_b ? g.k : g.n), 0.0f,
-              o.c.data(), int(g.n));
-    return 2.0 * double(g.m) * double(g.n) * double(g.k);
-  };
-  for (Shape& o : shapes) gemm(o);  // warm-up: page in the operands and BLAS's buffers
+  for (Shape& o : shapes) o.operands.call(*dev);  // warm-up: page in the operands and buffers
   if (before_timing) before_timing();
   if (shapes.empty() || seconds <= 0) return 0;
   // Each call goes to the shape furthest behind its share of the step's calls, so any window,
@@ -264,7 +267,8 @@ double run_gemm_list(const std::vector<std::pair<GemmCall, uint64_t>>& calls, do
       if (o.credit > next->credit) next = &o;
     }
     next->credit -= total;
-    flops += gemm(*next);
+    next->operands.call(*dev);
+    flops += next->operands.flops();
     s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return flops / s / 1e9;
